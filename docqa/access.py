@@ -1,0 +1,58 @@
+"""Document access control: every chunk carries its tenant and the principals allowed to read it.
+
+Retrieval always runs with a filter built from the caller's identity on the server side, never from model
+output. Documents store principals as a list in `meta.access`; the `in` operator matches when any listed
+principal is among the caller's (Elasticsearch `terms` semantics, mirrored by the embedded store).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TENANT_FIELD = "tenant"
+ACCESS_FIELD = "access"
+EVERYONE = "everyone"
+
+
+@dataclass(frozen=True)
+class AccessScope:
+    """Who is asking: a tenant and the principals (user id, groups) whose documents they may read."""
+
+    tenant: str
+    principals: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if not self.tenant:
+            raise ValueError("an access scope needs a tenant")
+
+    @property
+    def effective_principals(self) -> list[str]:
+        return sorted(self.principals | {EVERYONE})
+
+    def to_filters(self) -> dict[str, Any]:
+        return {
+            "operator": "AND",
+            "conditions": [
+                {"field": f"meta.{TENANT_FIELD}", "operator": "==", "value": self.tenant},
+                {"field": f"meta.{ACCESS_FIELD}", "operator": "in", "value": self.effective_principals},
+            ],
+        }
+
+
+def restrict(scope: AccessScope, filters: dict[str, Any] | None) -> dict[str, Any]:
+    """Combine the caller's access filter with optional extra filters; the access part can never be dropped."""
+    access = scope.to_filters()
+    if not filters:
+        return access
+    return {"operator": "AND", "conditions": [*access["conditions"], filters]}
+
+
+def validate_access_meta(meta: dict[str, Any]) -> None:
+    """Reject documents without access-control metadata: nothing is ever stored open."""
+    tenant = meta.get(TENANT_FIELD)
+    access = meta.get(ACCESS_FIELD)
+    if not isinstance(tenant, str) or not tenant:
+        raise ValueError("document has no tenant in its access-control metadata")
+    if not isinstance(access, list) or not access or not all(isinstance(p, str) and p for p in access):
+        raise ValueError("document has no allowed principals in its access-control metadata")

@@ -1,0 +1,1 @@
+"""The one LLM path: OpenAI-compatible chat completions, with defensive structured-output helpers."""

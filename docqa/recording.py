@@ -1,0 +1,168 @@
+"""Step recording: the one mechanism every pipeline uses to report what it did.
+
+A pipeline opens a `StepRecorder`; each piece of work runs inside `recorder.step(...)`; LLM helpers attribute
+their prompts, responses and token usage to the step that is current in their context. The recorder's steps
+become `PipelineResult.steps`, which the audit trail persists as the trace.
+
+Usage:
+    recorder = StepRecorder()
+    with recorder.step("retrieval", "hybrid_retriever", inputs={"query": q}) as step:
+        docs = retriever.run(query=q)["documents"]
+        step.outputs = {"documents": summarize_documents(docs)}
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from docqa.result import LLMUsage, Step, Totals
+
+T = TypeVar("T")
+
+_current_recorder: contextvars.ContextVar[StepRecorder | None] = contextvars.ContextVar(
+    "docqa_recorder", default=None
+)
+_current_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar("docqa_step", default=None)
+
+# Keys whose values are credentials: never copied into a step (and therefore never into a trace).
+SECRET_KEYS = frozenset(
+    {"api_key", "apikey", "authorization", "password", "secret", "token", "access_token", "llm_api_key"}
+)
+MAX_TEXT_CHARS = 20_000
+
+
+class StepRecorder:
+    """Collects the ordered steps of one pipeline run; safe to use from several threads."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self._lock = threading.Lock()
+        self._started = time.perf_counter()
+
+    @contextmanager
+    def step(
+        self, kind: str, name: str, inputs: dict[str, Any] | None = None, parent: int | None = None
+    ) -> Iterator[Step]:
+        """Open a step; nested steps default to the enclosing step as parent. Errors are recorded and re-raised."""
+        enclosing = _current_step.get()
+        if parent is None and enclosing is not None:
+            parent = enclosing.index
+        with self._lock:
+            step = Step(
+                index=len(self.steps),
+                kind=kind,
+                name=name,
+                inputs=to_jsonable(inputs or {}),
+                started_at=time.time(),
+                parent=parent,
+            )
+            self.steps.append(step)
+        token_step = _current_step.set(step)
+        token_rec = _current_recorder.set(self)
+        start = time.perf_counter()
+        try:
+            yield step
+        except BaseException as exc:
+            step.error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            step.duration_s = time.perf_counter() - start
+            step.outputs = to_jsonable(step.outputs)
+            _current_step.reset(token_step)
+            _current_recorder.reset(token_rec)
+
+    def totals(self) -> Totals:
+        usage = LLMUsage()
+        for step in self.steps:
+            usage.add(step.llm)
+        return Totals(
+            llm_calls=usage.calls,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            wall_time_s=time.perf_counter() - self._started,
+        )
+
+
+def current_step() -> Step | None:
+    return _current_step.get()
+
+
+def record_llm_call(
+    *, prompt: str, response: str, usage: LLMUsage, model: str | None = None, extra: dict[str, Any] | None = None
+) -> None:
+    """Attribute one LLM call (prompt, raw response, usage) to the current step, if any."""
+    step = _current_step.get()
+    if step is None:
+        return
+    entry = {"prompt": _clip(prompt), "response": _clip(response), "model": model, **(extra or {})}
+    entry.update(usage.to_dict())
+    step.llm.add(usage)
+    step.outputs.setdefault("llm_calls", []).append(to_jsonable(entry))
+
+
+def run_concurrently(*calls: Callable[[], T]) -> list[T]:
+    """Run callables in threads, each in a copy of the caller's context so step attribution still works."""
+    if len(calls) == 1:
+        return [calls[0]()]
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, call) for call in calls]
+        return [f.result() for f in futures]
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TEXT_CHARS else text[:MAX_TEXT_CHARS] + "…[truncated]"
+
+
+def document_summary(doc: Any, snippet_chars: int = 300) -> dict[str, Any]:
+    """How a retrieved document appears in a step: id, score, source and a snippet (never its embedding)."""
+    meta = getattr(doc, "meta", {}) or {}
+    content = getattr(doc, "content", None) or ""
+    return {
+        "id": doc.id,
+        "score": getattr(doc, "score", None),
+        "source": meta.get("source") or meta.get("title"),
+        "snippet": content[:snippet_chars],
+    }
+
+
+def to_jsonable(value: Any, _depth: int = 0) -> Any:
+    """Convert step payloads to JSON-safe data, dropping embeddings and credential-named keys."""
+    if _depth > 12:
+        return repr(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return _clip(value)
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            key = str(k)
+            if key.lower() in SECRET_KEYS:
+                out[key] = "***"
+            elif key in ("embedding", "sparse_embedding"):
+                continue
+            else:
+                out[key] = to_jsonable(v, _depth + 1)
+        return out
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_jsonable(v, _depth + 1) for v in value]
+    if type(value).__name__ == "Document" and hasattr(value, "id"):
+        return document_summary(value)
+    if type(value).__name__ == "ChatMessage":
+        return {"role": str(value.role.value), "text": _clip(value.text or "")}
+    if type(value).__name__ == "SecretStr" or type(value).__name__.endswith("Secret"):
+        return "***"
+    if hasattr(value, "to_dict"):
+        return to_jsonable(value.to_dict(), _depth + 1)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value), _depth + 1)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return repr(value)

@@ -1,0 +1,95 @@
+"""Settings from `DOCQA_*` environment variables, with an embedded default for every service."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LLMRole = Literal["reasoner", "summarizer", "generator", "grader", "planner"]
+LLM_ROLES: tuple[str, ...] = ("reasoner", "summarizer", "generator", "grader", "planner")
+
+
+class LLMEndpoint(BaseModel):
+    """One OpenAI-compatible endpoint. Unset fields fall back to the global `DOCQA_LLM_*` values."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key: SecretStr | None = None
+
+
+class Settings(BaseSettings):
+    """All configuration. Example: `DOCQA_LLM_BASE_URL=http://vllm:8000/v1 DOCQA_LLM_MODEL=qwen docqa ask ...`.
+
+    Per-role LLM overrides use nested variables, e.g. `DOCQA_LLM_ROLES__REASONER__MODEL=big-model`.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="DOCQA_", env_nested_delimiter="__", extra="ignore")
+
+    data_dir: Path = Field(default_factory=lambda: Path.home() / ".local" / "share" / "docqa")
+    tenant: str = "default"
+
+    # Document store: the embedded store under data_dir unless an Elasticsearch URL is set.
+    elasticsearch_url: str | None = None
+    elasticsearch_index: str = "docqa"
+    elasticsearch_api_key: SecretStr | None = None
+
+    # Embeddings: None means the packaged all-MiniLM-L6-v2; any local sentence-transformers directory works.
+    embedding_model: str | None = None
+    embedding_batch_size: int = 32
+
+    # Retrieval defaults.
+    top_k: int = Field(default=5, ge=1, le=100)
+    retrieval_candidates: int = Field(default=20, ge=1, le=1000)
+    rrf_k: int = Field(default=60, ge=1)
+
+    # Chunking.
+    chunk_words: int = Field(default=200, ge=20)
+    chunk_overlap_words: int = Field(default=30, ge=0)
+    max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+
+    # LLM: one OpenAI-compatible client path. With no base URL the packaged model is served locally.
+    llm_base_url: str | None = None
+    llm_model: str = "local"
+    llm_api_key: SecretStr | None = None
+    llm_roles: dict[str, LLMEndpoint] = Field(default_factory=dict)
+    llm_timeout_s: float = Field(default=120.0, gt=0)
+    llm_max_retries: int = Field(default=1, ge=0)
+    llm_max_tokens: int = Field(default=256, ge=1)
+    llm_temperature: float = 0.0
+
+    # Embedded LLM server (llama_cpp.server on loopback).
+    local_llm_model_path: Path | None = None
+    local_llm_chat_format: str = "gemma"
+    local_llm_ctx: int = 4096
+    local_llm_threads: int = 2
+    local_llm_startup_timeout_s: float = 60.0
+
+    max_question_chars: int = Field(default=2000, ge=1)
+
+    # Services used by later layers; None means the embedded default.
+    database_url: str | None = None
+    broker_url: str | None = None
+
+    def store_dir(self) -> Path:
+        return self.data_dir / "store"
+
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'docqa.sqlite3'}"
+
+    def endpoint_for(self, role: str) -> LLMEndpoint:
+        """The effective endpoint of a role: its override, else the global values (base_url may stay None)."""
+        override = self.llm_roles.get(role, LLMEndpoint())
+        return LLMEndpoint(
+            base_url=override.base_url or self.llm_base_url,
+            model=override.model or self.llm_model,
+            api_key=override.api_key or self.llm_api_key,
+        )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Question-answering strategies. Each module registers its builder in `registry`."""

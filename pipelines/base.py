@@ -1,0 +1,77 @@
+"""The contract every strategy follows: `run(question, scope)` returns a `PipelineResult`.
+
+A pipeline records every step through a `StepRecorder`; `finish` turns the recorder into the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Protocol, runtime_checkable
+
+from docqa.access import AccessScope
+from docqa.errors import InvalidQuestionError
+from docqa.recording import StepRecorder
+from docqa.result import Citation, PipelineResult
+
+
+@runtime_checkable
+class QAPipeline(Protocol):
+    name: str
+
+    def config(self) -> dict[str, Any]:
+        """Everything that shapes the answer (top-k, iterations, models, prompt hashes): hashed for audit."""
+        ...
+
+    def run(self, question: str, scope: AccessScope, filters: dict[str, Any] | None = None) -> PipelineResult:
+        ...
+
+
+def validate_question(question: str, max_chars: int) -> str:
+    """Strip and check a question; raises `InvalidQuestionError` with a one-line reason."""
+    if not isinstance(question, str):
+        raise InvalidQuestionError("question must be a string")
+    cleaned = question.strip()
+    if not cleaned:
+        raise InvalidQuestionError("question is empty")
+    if len(cleaned) > max_chars:
+        raise InvalidQuestionError(f"question is {len(cleaned)} characters long; the limit is {max_chars}")
+    return cleaned
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def finish(
+    pipeline: QAPipeline,
+    question: str,
+    answer: str,
+    citations: list[Citation],
+    recorder: StepRecorder,
+    stop_reason: str | None = None,
+) -> PipelineResult:
+    config = pipeline.config()
+    return PipelineResult(
+        pipeline=pipeline.name,
+        question=question,
+        answer=answer,
+        citations=citations,
+        steps=recorder.steps,
+        totals=recorder.totals(),
+        stop_reason=stop_reason,
+        config={**config, "config_hash": config_hash(config)},
+    )
+
+
+def citations_from_documents(documents: list[Any], snippet_chars: int = 200) -> list[Citation]:
+    return [
+        Citation(
+            document_id=doc.id,
+            source=(doc.meta or {}).get("source") or (doc.meta or {}).get("title"),
+            score=doc.score,
+            snippet=(doc.content or "")[:snippet_chars],
+        )
+        for doc in documents
+    ]
