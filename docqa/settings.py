@@ -69,6 +69,8 @@ class Settings(BaseSettings):
     local_llm_startup_timeout_s: float = 60.0
 
     max_question_chars: int = Field(default=2000, ge=1)
+    # Directory of prompt files that override the packaged templates of the same name.
+    prompts_dir: Path | None = None
 
     # Services used by later layers; None means the embedded default.
     database_url: str | None = None

@@ -1,0 +1,1 @@
+"""Haystack components of docqa's reasoning strategies; each owns its prompts in `prompts/`."""
