@@ -32,6 +32,11 @@ class UnreadableFileError(DocqaError):
     http_status = 422
 
 
+class FileTooLargeError(DocqaError):
+    code = "file_too_large"
+    http_status = 413
+
+
 class ModelNotFoundError(DocqaError):
     code = "model_not_found"
     http_status = 503
