@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     database_url: str | None = None
     broker_url: str | None = None
 
+    # Audit trail keys. Unset means key files generated once under data_dir/audit (0600); every host that
+    # writes or verifies one shared database must be given the same keys.
+    audit_hmac_key: SecretStr | None = None
+    # Ed25519 private key for signed checkpoints: base64 of the 32-byte seed, or a PEM (PKCS#8) block.
+    audit_signing_key: SecretStr | None = None
+
     def store_dir(self) -> Path:
         return self.data_dir / "store"
 
