@@ -1,0 +1,216 @@
+"""The `docqa` command line: ingest, ask, pipelines, demo, and the service commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from docqa.access import EVERYONE, AccessScope
+from docqa.errors import DocqaError
+from docqa.settings import Settings
+
+DEMO_QUESTION = "Within how many days must employees submit their expense reports?"
+
+
+def _scope(settings: Settings, args: argparse.Namespace) -> AccessScope:
+    # The CLI runs on the operator's machine with direct store access; it reads as the principals it is given.
+    return AccessScope(tenant=args.tenant or settings.tenant, principals=frozenset(args.principal or []))
+
+
+def _runtime(settings: Settings) -> Any:
+    from docqa.runtime import Runtime
+
+    return Runtime(settings)
+
+
+def cmd_pipelines(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.pipelines.registry import available_pipelines
+
+    for spec in available_pipelines():
+        print(f"{spec.name:14} {spec.description}")
+    return 0
+
+
+def _print_ingest_report(report: Any) -> None:
+    print(report.summary())
+    for item in report.failed:
+        print(f"  failed: {item.source}: {item.reason}", file=sys.stderr)
+
+
+def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.ingestion.pipeline import ingest_paths
+
+    paths = [Path(p) for p in args.paths]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise DocqaError(f"no such file or directory: {', '.join(missing)}")
+    report = ingest_paths(
+        _runtime(settings), paths, tenant=args.tenant or settings.tenant, access=args.allow or [EVERYONE],
+        progress=not args.quiet,
+    )
+    _print_ingest_report(report)
+    return 0 if not report.failed else 1
+
+
+def _run_question(settings: Settings, runtime: Any, pipeline_name: str, question: str, scope: AccessScope,
+                  asked_by: str, options: dict[str, Any]) -> Any:
+    from docqa.pipelines.base import validate_question
+    from docqa.pipelines.registry import build_pipeline
+
+    validate_question(question, settings.max_question_chars)
+    pipeline = build_pipeline(pipeline_name, runtime, **options)
+    try:
+        from docqa.server.audit.recorder import answer_with_audit
+    except ImportError:  # audit trail not installed in this build
+        return pipeline.run(question, scope)
+    return answer_with_audit(pipeline, question, scope, asked_by=asked_by, settings=settings)
+
+
+def _print_result(result: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        return
+    print(result.answer or "(no answer)")
+    if result.citations:
+        print("\nSources:")
+        for number, citation in enumerate(result.citations, 1):
+            print(f"  [{number}] {citation.source or citation.document_id}  (id {citation.document_id})")
+    totals = result.totals
+    trace = f", trace {result.trace_id}" if result.trace_id else ""
+    print(
+        f"\n{result.pipeline}: {len(result.steps)} steps, {totals.llm_calls} LLM calls, "
+        f"{totals.total_tokens} tokens, {totals.wall_time_s:.1f} s{trace}"
+    )
+
+
+def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
+    options: dict[str, Any] = {}
+    if args.top_k is not None:
+        options["top_k"] = args.top_k
+    result = _run_question(
+        settings, _runtime(settings), args.pipeline, args.question, _scope(settings, args),
+        asked_by=args.asked_by, options=options,
+    )
+    _print_result(result, args.json)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    """Ingest the bundled sample corpus and answer one question over it."""
+    from docqa.ingestion.pipeline import ingest_paths
+
+    runtime = _runtime(settings)
+    corpus = resources.files("docqa").joinpath("sample_corpus")
+    with resources.as_file(corpus) as corpus_dir:
+        paths = sorted(Path(corpus_dir).glob("*.md"))
+        report = ingest_paths(runtime, paths, tenant=settings.tenant, access=[EVERYONE], progress=False)
+    _print_ingest_report(report)
+    question = args.question or DEMO_QUESTION
+    print(f"\nQuestion: {question}\n")
+    scope = AccessScope(tenant=settings.tenant)
+    result = _run_question(settings, runtime, args.pipeline, question, scope, asked_by="cli-demo", options={})
+    _print_result(result, args.json)
+    return 0
+
+
+def cmd_llm(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.llm import local_server
+
+    if args.action == "start":
+        print(local_server.ensure_local_llm(settings))
+    elif args.action == "stop":
+        local_server.stop_local_llm(settings)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="docqa", description="Enterprise document question answering.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("pipelines", help="list the question-answering strategies")
+    p.set_defaults(handler=cmd_pipelines)
+
+    p = sub.add_parser("ingest", help="ingest files (text, Markdown, HTML, PDF, DOCX) synchronously")
+    p.add_argument("paths", nargs="+", help="files or directories")
+    p.add_argument("--tenant", help="tenant the documents belong to (default: DOCQA_TENANT)")
+    p.add_argument("--allow", action="append", metavar="PRINCIPAL",
+                   help=f"principal allowed to read the documents (repeatable; default: {EVERYONE})")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=cmd_ingest)
+
+    p = sub.add_parser("ask", help="answer a question over the ingested documents")
+    p.add_argument("question")
+    p.add_argument("--pipeline", default="standard", help="strategy name (see `docqa pipelines`)")
+    p.add_argument("--json", action="store_true", help="print answer, citations, steps, usage and trace id as JSON")
+    p.add_argument("--top-k", type=int, dest="top_k")
+    p.add_argument("--tenant")
+    p.add_argument("--principal", action="append", help="principal (user or group) to read as (repeatable)")
+    p.add_argument("--asked-by", default="cli", dest="asked_by", help="who is asking, for the audit trail")
+    p.set_defaults(handler=cmd_ask)
+
+    p = sub.add_parser("demo", help="ingest the bundled sample corpus and answer a question over it")
+    p.add_argument("question", nargs="?")
+    p.add_argument("--pipeline", default="standard")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_demo)
+
+    p = sub.add_parser("llm", help="manage the embedded local LLM server")
+    p.add_argument("action", choices=["start", "stop"])
+    p.set_defaults(handler=cmd_llm)
+
+    _add_optional_commands(sub)
+    return parser
+
+
+def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
+    """Commands owned by the server, audit and ingestion layers register themselves here."""
+    hooks = (
+        ("docqa.server.audit.cli", "add_audit_commands"),
+        ("docqa.server.audit.cli", "add_db_commands"),
+        ("docqa.server.cli", "add_server_commands"),
+        ("docqa.ingestion.cli", "add_ingest_commands"),
+    )
+    import importlib
+
+    for module_name, function_name in hooks:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue
+            raise
+        getattr(module, function_name)(sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        print(f"error: invalid setting DOCQA_{field.upper()}: {first['msg']}", file=sys.stderr)
+        return 2
+    try:
+        return int(args.handler(args, settings) or 0)
+    except DocqaError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
