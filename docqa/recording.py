@@ -30,6 +30,9 @@ _current_recorder: contextvars.ContextVar[StepRecorder | None] = contextvars.Con
     "docqa_recorder", default=None
 )
 _current_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar("docqa_step", default=None)
+_step_listener: contextvars.ContextVar[Callable[[Step], None] | None] = contextvars.ContextVar(
+    "docqa_step_listener", default=None
+)
 
 # Keys whose values are credentials: never copied into a step (and therefore never into a trace).
 SECRET_KEYS = frozenset(
@@ -77,6 +80,9 @@ class StepRecorder:
             step.outputs = to_jsonable(step.outputs)
             _current_step.reset(token_step)
             _current_recorder.reset(token_rec)
+            listener = _step_listener.get()
+            if listener is not None:
+                listener(step)
 
     def totals(self) -> Totals:
         usage = LLMUsage()
@@ -88,6 +94,16 @@ class StepRecorder:
             completion_tokens=usage.completion_tokens,
             wall_time_s=time.perf_counter() - self._started,
         )
+
+
+@contextmanager
+def listen_to_steps(callback: Callable[[Step], None]) -> Iterator[None]:
+    """Call `callback(step)` whenever a step finishes in this context (e.g. to stream progress to a client)."""
+    token = _step_listener.set(callback)
+    try:
+        yield
+    finally:
+        _step_listener.reset(token)
 
 
 def current_step() -> Step | None:
