@@ -1,0 +1,62 @@
+"""The CLI's bad-input contract: one clear line on stderr and a non-zero exit, nothing written."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "DOCQA_DATA_DIR": str(tmp_path / "data"), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "docqa.cli", *args], capture_output=True, text=True, env=full_env, timeout=120
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, fragment: str) -> None:
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ")
+    assert fragment in lines[0]
+
+
+class TestCliErrors:
+    def test_lists_pipelines(self, tmp_path):
+        proc = run_cli(tmp_path, "pipelines")
+        assert proc.returncode == 0
+        assert "standard" in proc.stdout and "no_retrieval" in proc.stdout
+
+    @pytest.mark.parametrize(("question", "fragment"), [("   ", "question is empty"), ("x" * 5000, "the limit is")])
+    def test_rejects_bad_questions(self, tmp_path, question, fragment):
+        assert_one_line_error(run_cli(tmp_path, "ask", question, "--pipeline", "no_retrieval"), fragment)
+
+    def test_rejects_unknown_pipeline(self, tmp_path):
+        proc = run_cli(tmp_path, "ask", "What?", "--pipeline", "nonsense")
+        assert_one_line_error(proc, "unknown pipeline 'nonsense'")
+        assert "standard" in proc.stderr
+
+    def test_rejects_invalid_setting(self, tmp_path):
+        proc = run_cli(tmp_path, "pipelines", env={"DOCQA_TOP_K": "many"})
+        assert_one_line_error(proc, "DOCQA_TOP_K")
+
+    def test_unreachable_llm_endpoint(self, tmp_path):
+        # Port 9 (discard) is closed on loopback: the client fails to connect.
+        proc = run_cli(
+            tmp_path, "ask", "What?", "--pipeline", "no_retrieval",
+            env={"DOCQA_LLM_BASE_URL": "http://127.0.0.1:9/v1", "DOCQA_LLM_MAX_RETRIES": "0",
+                 "DOCQA_LLM_TIMEOUT_S": "5"},
+        )
+        assert_one_line_error(proc, "LLM endpoint unreachable")
+
+    def test_missing_local_model_file(self, tmp_path):
+        proc = run_cli(
+            tmp_path, "ask", "What?", "--pipeline", "no_retrieval",
+            env={"DOCQA_LOCAL_LLM_MODEL_PATH": str(tmp_path / "missing.gguf")},
+        )
+        assert_one_line_error(proc, "missing.gguf")
+
+    def test_ingest_missing_path(self, tmp_path):
+        assert_one_line_error(run_cli(tmp_path, "ingest", str(tmp_path / "nope.txt")), "no such file")
