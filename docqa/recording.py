@@ -30,6 +30,10 @@ _current_recorder: contextvars.ContextVar[StepRecorder | None] = contextvars.Con
     "docqa_recorder", default=None
 )
 _current_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar("docqa_step", default=None)
+# Set by `capture_recorders` so a caller can still read the steps of a run that raised (for its audit trace).
+_recorder_sink: contextvars.ContextVar[list[StepRecorder] | None] = contextvars.ContextVar(
+    "docqa_recorder_sink", default=None
+)
 _step_listener: contextvars.ContextVar[Callable[[Step], None] | None] = contextvars.ContextVar(
     "docqa_step_listener", default=None
 )
@@ -48,6 +52,9 @@ class StepRecorder:
         self.steps: list[Step] = []
         self._lock = threading.Lock()
         self._started = time.perf_counter()
+        sink = _recorder_sink.get()
+        if sink is not None:
+            sink.append(self)
 
     @contextmanager
     def step(
@@ -104,6 +111,17 @@ def listen_to_steps(callback: Callable[[Step], None]) -> Iterator[None]:
         yield
     finally:
         _step_listener.reset(token)
+
+
+@contextmanager
+def capture_recorders() -> Iterator[list[StepRecorder]]:
+    """Collect every `StepRecorder` created in this context, e.g. to keep the steps of a failed run."""
+    sink: list[StepRecorder] = []
+    token = _recorder_sink.set(sink)
+    try:
+        yield sink
+    finally:
+        _recorder_sink.reset(token)
 
 
 def current_step() -> Step | None:
