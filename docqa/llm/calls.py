@@ -1,8 +1,10 @@
 """Calling a chat generator: plain text, Yes/No and JSON, each constrained where the server allows it.
 
 LLM output is untrusted input: every helper returns a value or `None`/a default, never raises on malformed
-output. Transport failures become `LLMUnavailableError` with a one-line message. Each call is attributed to
-the current step (prompt, raw response, token usage) for the audit trail.
+output. Endpoint failures (unreachable, server error, rejected key or request) become `LLMUnavailableError`
+with a one-line message. Structured outputs are sent as `json_schema`, else as llama-cpp-python's
+`json_object` + `schema`, else unconstrained; the shape each endpoint accepts is remembered. Each call is
+attributed to the current step (prompt, raw response, token usage) for the audit trail.
 
 Usage:
     from haystack.components.generators.chat import OpenAIChatGenerator
@@ -46,31 +48,87 @@ def _usage_from(reply: ChatMessage | None, prompt: str, text: str) -> LLMUsage:
     return LLMUsage(calls=1, prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens))
 
 
-def _is_transport_error(exc: Exception) -> bool:
+def _unavailable_reason(exc: Exception) -> str | None:
+    """Why the endpoint cannot serve requests, or None when `exc` is not an endpoint failure."""
     try:
         import openai
     except ImportError:  # pragma: no cover - openai is a haystack dependency
-        return False
-    return isinstance(exc, openai.APIConnectionError | openai.APITimeoutError)
+        return None
+    if isinstance(exc, openai.APIConnectionError):  # includes timeouts
+        return "unreachable"
+    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
+        return "rejected the API key"
+    if isinstance(exc, openai.NotFoundError):
+        return "does not serve the model (or the base URL lacks /v1)"
+    if isinstance(exc, openai.RateLimitError):
+        return "is rate limiting"
+    if isinstance(exc, openai.InternalServerError):
+        return "failed"
+    if _is_rejected_request(exc):
+        # E.g. a prompt longer than the context window: a configuration problem, not malformed output.
+        return "rejected the request"
+    return None
 
 
 def _is_rejected_request(exc: Exception) -> bool:
+    """True when the server refused the request's parameters (typically an unsupported response_format)."""
     try:
         import openai
     except ImportError:  # pragma: no cover
         return False
-    return isinstance(exc, openai.BadRequestError | openai.UnprocessableEntityError)
+    if isinstance(exc, openai.BadRequestError | openai.UnprocessableEntityError):
+        return True
+    # llama-cpp-python's server reports request validation errors as HTTP 500.
+    return isinstance(exc, openai.InternalServerError) and "response_format" in str(exc)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def _run_generator(
+    generator: ChatGenerator, prompt: str, generation_kwargs: dict[str, Any], *, raise_rejected: bool
+) -> dict[str, Any]:
+    try:
+        return generator.run(messages=[ChatMessage.from_user(prompt)], generation_kwargs=generation_kwargs)
+    except Exception as exc:
+        if raise_rejected and _is_rejected_request(exc):
+            raise
+        reason = _unavailable_reason(exc)
+        if reason is not None:
+            endpoint = getattr(generator, "api_base_url", None) or "LLM endpoint"
+            raise LLMUnavailableError(
+                f"LLM endpoint {endpoint} {reason}: {type(exc).__name__}: {_one_line(exc)}"
+            ) from exc
+        truncated = _truncated_completion(exc)
+        if truncated is None:
+            raise
+        return truncated
+
+
+def _truncated_completion(exc: Exception) -> dict[str, Any] | None:
+    """The reply of a structured call the SDK refused to parse because it stopped early (length/filter)."""
+    try:
+        import openai
+    except ImportError:  # pragma: no cover
+        return None
+    if not isinstance(exc, openai.LengthFinishReasonError | openai.ContentFilterFinishReasonError):
+        return None
+    completion = exc.completion
+    choice = completion.choices[0] if completion.choices else None
+    text = (choice.message.content if choice is not None else None) or ""
+    usage = completion.usage.model_dump() if completion.usage is not None else {}
+    meta = {"model": completion.model, "usage": usage, "finish_reason": choice.finish_reason if choice else None}
+    return {"replies": [ChatMessage.from_assistant(text, meta=meta)]}
 
 
 def _call(
-    generator: ChatGenerator, prompt: str, generation_kwargs: dict[str, Any], purpose: str
+    generator: ChatGenerator, prompt: str, generation_kwargs: dict[str, Any], purpose: str,
+    *, raise_rejected: bool = False,
 ) -> tuple[str, ChatMessage | None]:
-    try:
-        result = generator.run(messages=[ChatMessage.from_user(prompt)], generation_kwargs=generation_kwargs)
-    except Exception as exc:
-        if _is_transport_error(exc):
-            raise LLMUnavailableError(f"LLM endpoint unreachable: {type(exc).__name__}: {exc}") from exc
-        raise
+    """One recorded call. A refused request raises the SDK error when `raise_rejected` (to try another
+    request shape), else `LLMUnavailableError` like every endpoint failure."""
+    result = _run_generator(generator, prompt, generation_kwargs, raise_rejected=raise_rejected)
     replies = result.get("replies") or []
     reply = replies[0] if replies else None
     text = (reply.text if reply is not None else None) or ""
@@ -95,21 +153,43 @@ def generate_text(generator: ChatGenerator, prompt: str, *, max_tokens: int | No
     return text.strip()
 
 
+# How a JSON schema is sent, most standard first: OpenAI, vLLM, Ollama and llama.cpp's llama-server take
+# `json_schema`; llama-cpp-python's server only takes `json_object` with a `schema`.
+_CONSTRAINED_STYLES: tuple[str, ...] = ("json_schema", "json_object")
+_UNCONSTRAINED = "none"
+# The style each endpoint accepted, so a rejected style costs one request per endpoint, not one per call.
+_accepted_style: dict[str, str] = {}
+
+
+def _response_format(style: str, schema: dict[str, Any], name: str) -> dict[str, Any]:
+    if style == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+    return {"type": "json_object", "schema": schema}
+
+
 def _structured(generator: ChatGenerator, prompt: str, schema: dict[str, Any], name: str,
                 max_tokens: int, purpose: str) -> str:
-    kwargs = {
-        "max_tokens": max_tokens,
-        "response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}},
-    }
-    try:
-        text, _ = _call(generator, prompt, kwargs, purpose)
-    except LLMUnavailableError:
-        raise
-    except Exception as exc:
-        if not _is_rejected_request(exc):
-            raise
-        # Some OpenAI-compatible servers reject response_format: ask again and parse defensively.
-        text, _ = _call(generator, prompt, {"max_tokens": max_tokens}, purpose)
+    endpoint = getattr(generator, "api_base_url", None)
+    endpoint = endpoint if isinstance(endpoint, str) else None
+    remembered = _accepted_style.get(endpoint) if endpoint else None
+    styles = _CONSTRAINED_STYLES
+    if remembered is not None:
+        styles = () if remembered == _UNCONSTRAINED else styles[styles.index(remembered):]
+    for style in styles:
+        kwargs = {"max_tokens": max_tokens, "response_format": _response_format(style, schema, name)}
+        try:
+            text, _ = _call(generator, prompt, kwargs, purpose, raise_rejected=True)
+        except Exception as exc:
+            if not _is_rejected_request(exc):
+                raise
+            continue
+        if endpoint:
+            _accepted_style[endpoint] = style
+        return text
+    # No structured output on this server: ask plainly and parse defensively.
+    if endpoint:
+        _accepted_style[endpoint] = _UNCONSTRAINED
+    text, _ = _call(generator, prompt, {"max_tokens": max_tokens}, purpose)
     return text
 
 
