@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     # Directory of prompt files that override the packaged templates of the same name.
     prompts_dir: Path | None = None
 
+    # ReSP: iteration limit M, and the cosine similarity from which a planned sub-question repeats an asked one.
+    resp_max_iterations: int = Field(default=3, ge=1, le=10)
+    resp_repeat_similarity: float = Field(default=0.92, gt=0.0, le=1.0)
+
     # Services used by later layers; None means the embedded default.
     database_url: str | None = None
     broker_url: str | None = None
