@@ -1,0 +1,92 @@
+"""JSON Lines export: one trace per line with its chain proof, verifiable away from the database.
+
+Each line is `{"trace": <canonical payload>, "proof": {"seq", "prev_mac", "mac"}}`; anyone holding the HMAC
+key recomputes `mac` from the line alone, and consecutive lines must link through `prev_mac`.
+
+Usage:
+    count = export_jsonl(session, Path("traces.jsonl"), since=datetime(2026, 1, 1, tzinfo=UTC))
+    verify_jsonl(Path("traces.jsonl"), key).ok
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from docqa.server.audit.canonical import canonical_bytes, trace_payload
+from docqa.server.audit.chain import ChainPosition
+from docqa.server.audit.models import AuditTrace
+from docqa.server.audit.verify import BrokenLink, LinkChecker, VerifyReport, iter_traces
+
+
+def export_line(trace: AuditTrace) -> bytes:
+    record = {"trace": trace_payload(trace), "proof": {"seq": trace.seq, "prev_mac": trace.prev_mac, "mac": trace.mac}}
+    return canonical_bytes(record) + b"\n"
+
+
+def as_utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def export_jsonl(
+    session: Session, out: Path, *, since: datetime | None = None, until: datetime | None = None
+) -> int:
+    """Write the traces asked in [since, until) in chain order; returns how many were written."""
+    tmp = out.with_name(f".{out.name}.tmp")
+    count = 0
+    with tmp.open("wb") as fh:
+        for trace in iter_traces(session):
+            asked = as_utc(trace.asked_at)
+            if (since is not None and asked < as_utc(since)) or (until is not None and asked >= as_utc(until)):
+                continue
+            fh.write(export_line(trace))
+            count += 1
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, out)
+    return count
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError:
+                record = None
+            yield number, record if isinstance(record, dict) else None
+
+
+def verify_jsonl(path: Path, key: bytes, *, start: ChainPosition | None = None) -> VerifyReport:
+    """Check every line's MAC and the links between consecutive lines.
+
+    :param start: the link the file must continue from (an archive); without it the file may hold several
+        runs of consecutive links (a filtered export), each checked from its first line's `prev_mac`.
+    """
+    checker = LinkChecker(key, start or ChainPosition(0, ""))
+    first_seq: int | None = None
+    for number, record in read_lines(path):
+        try:
+            proof = record["proof"]  # type: ignore[index]
+            seq, prev_mac, mac = int(proof["seq"]), str(proof["prev_mac"]), str(proof["mac"])
+            payload = canonical_bytes(record["trace"])  # type: ignore[index]
+            trace_id = str(record["trace"].get("id"))  # type: ignore[index]
+        except (TypeError, KeyError, ValueError, AttributeError):
+            checker.broken = BrokenLink(None, None, f"line {number} is not a trace record with a proof")
+            break
+        first_seq = seq if first_seq is None else first_seq
+        if start is None and seq != checker.head.seq + 1:
+            checker.head = ChainPosition(seq - 1, prev_mac)
+        if not checker.check(seq, trace_id, prev_mac, mac, payload):
+            break
+    base = start.seq if start is not None else (first_seq or 1) - 1
+    return VerifyReport(
+        ok=checker.broken is None, checked=checker.checked, start_seq=base,
+        head_seq=checker.head.seq, head_mac=checker.head.mac, broken=checker.broken,
+    )

@@ -1,0 +1,87 @@
+"""SQL models of the audit trail: traces, their ordered steps, and retention anchors. All rows are append-only.
+
+Each trace is one link of a hash chain: `seq` numbers links from 1 without gaps, `prev_mac` is the previous
+link's `mac`, and `mac` is an HMAC over the link's canonical serialisation (see `chain.py`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from docqa.db import Base
+
+STATUS_COMPLETED = "completed"
+STATUS_FAILED = "failed"
+
+
+class AuditTrace(Base):
+    """One question: who asked, where, what was answered and how (its steps), and its chain link."""
+
+    __tablename__ = "audit_traces"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, unique=True, index=True)
+    asked_by: Mapped[str] = mapped_column(String(255))
+    tenant: Mapped[str] = mapped_column(String(255), index=True)
+    asked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    question: Mapped[str] = mapped_column(Text)
+    pipeline: Mapped[str] = mapped_column(String(128))
+    config_hash: Mapped[str] = mapped_column(String(64))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    models: Mapped[dict[str, Any]] = mapped_column(JSON)
+    answer: Mapped[str | None] = mapped_column(Text)
+    citations: Mapped[list[Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    stop_reason: Mapped[str | None] = mapped_column(String(128))
+    totals: Mapped[dict[str, Any]] = mapped_column(JSON)
+    prev_mac: Mapped[str] = mapped_column(String(64))
+    mac: Mapped[str] = mapped_column(String(64))
+
+    steps: Mapped[list[AuditStep]] = relationship(
+        back_populates="trace", order_by="AuditStep.position", lazy="selectin"
+    )
+
+
+class AuditStep(Base):
+    """One step of a trace, in run order; `parent` is the position of the enclosing step (tree strategies)."""
+
+    __tablename__ = "audit_steps"
+
+    trace_id: Mapped[str] = mapped_column(ForeignKey("audit_traces.id"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    parent: Mapped[int | None] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(128))
+    inputs: Mapped[dict[str, Any]] = mapped_column(JSON)
+    outputs: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Retrieved documents as [{"id", "score"}], lifted out of the outputs so auditors can query them.
+    documents: Mapped[list[Any]] = mapped_column(JSON)
+    started_at: Mapped[float] = mapped_column(Float)
+    duration_s: Mapped[float] = mapped_column(Float)
+    llm_calls: Mapped[int] = mapped_column(Integer)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+
+    trace: Mapped[AuditTrace] = relationship(back_populates="steps")
+
+
+class AuditAnchor(Base):
+    """Where the live chain starts after retention archived a prefix: the last archived link, keyed."""
+
+    __tablename__ = "audit_anchors"
+
+    up_to_seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    mac: Mapped[str] = mapped_column(String(64))
+    archived_count: Mapped[int] = mapped_column(BigInteger)
+    archive_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    anchor_mac: Mapped[str] = mapped_column(String(64))
+
+
+AUDIT_TABLES = ("audit_traces", "audit_steps", "audit_anchors")

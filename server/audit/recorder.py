@@ -1,0 +1,235 @@
+"""Writing traces: one per question, appended to the chain in the same transaction as everything it records.
+
+Usage:
+    from docqa.server.audit.recorder import answer_with_audit
+    result = answer_with_audit(pipeline, "Who founded Acme?", scope, asked_by="alice", settings=settings)
+    result.trace_id  # committed before the answer is returned
+
+A returned answer always has its committed trace; a run that raised leaves a trace with status `failed`, the
+error and the steps taken so far; a crash before commit leaves nothing, never a partial trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Engine, event
+from sqlalchemy.orm import Session
+
+from docqa.access import AccessScope
+from docqa.db import make_engine
+from docqa.pipelines.base import QAPipeline, config_hash
+from docqa.recording import StepRecorder, capture_recorders
+from docqa.result import Citation, PipelineResult, Step
+from docqa.server.audit.canonical import canonical_bytes, trace_payload
+from docqa.server.audit.chain import IMMEDIATE_SESSION, chain_tail, link_mac, lock_chain
+from docqa.server.audit.keys import hmac_key
+from docqa.server.audit.models import STATUS_COMPLETED, STATUS_FAILED, AuditStep, AuditTrace
+from docqa.server.audit.scrub import clean, clean_text, secret_values
+from docqa.settings import LLM_ROLES, Settings
+
+logger = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=8)
+def _audit_engine(url: str) -> Engine:
+    engine = make_engine(url)
+    if engine.dialect.name == "sqlite":
+        # Take SQLite's write lock when the transaction begins (not at its first write), so reading the chain
+        # tail and appending to it happen under one lock across threads and processes.
+        @event.listens_for(engine, "connect")
+        def _no_implicit_transactions(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+            dbapi_connection.isolation_level = None
+
+        @event.listens_for(engine, "begin")
+        def _begin_immediate(connection):  # type: ignore[no-untyped-def]
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def audit_engine(settings: Settings) -> Engine:
+    url = settings.resolved_database_url()
+    if url.startswith("sqlite:///"):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return _audit_engine(url)
+
+
+@contextmanager
+def audit_session(settings: Settings) -> Iterator[Session]:
+    """A session whose single transaction may append to the chain; commits on exit, rolls back on error."""
+    with Session(audit_engine(settings), expire_on_commit=False) as session, session.begin():
+        session.info[IMMEDIATE_SESSION] = True
+        yield session
+
+
+def models_from_settings(settings: Settings) -> dict[str, str | None]:
+    return {role: settings.endpoint_for(role).model for role in LLM_ROLES}
+
+
+def record_answer(
+    settings: Settings,
+    result: PipelineResult | None,
+    *,
+    asked_by: str,
+    tenant: str,
+    question: str,
+    pipeline: str,
+    models: dict[str, Any],
+    config: dict[str, Any] | None = None,
+    error: str | None = None,
+    steps: Sequence[Step] | None = None,
+    asked_at: datetime | None = None,
+    session: Session | None = None,
+) -> str:
+    """Append one trace to the chain and return its id.
+
+    :param result: the pipeline's result; `None` for a failed run, which then needs `error`.
+    :param config: the pipeline configuration when there is no result (a result carries its own).
+    :param steps: the steps of a failed run (a result carries its own).
+    :param session: append inside the caller's transaction (from `audit_session`); the caller commits.
+        Without it the trace is committed before this returns.
+    :returns: the trace id.
+    """
+    if result is None and error is None:
+        raise ValueError("a trace without a pipeline result must say what went wrong (error)")
+    if not asked_by or not tenant:
+        raise ValueError("a trace needs who asked (asked_by) and their tenant")
+    trace = build_trace(
+        settings, result, asked_by=asked_by, tenant=tenant, question=question, pipeline=pipeline,
+        models=models, config=config, error=error, steps=steps, asked_at=asked_at,
+    )
+    key = hmac_key(settings)
+    if session is not None:
+        append_trace(session, trace, key)
+    else:
+        with audit_session(settings) as own:
+            append_trace(own, trace, key)
+    logger.info("audit trace %s seq=%s status=%s pipeline=%s", trace.id, trace.seq, trace.status, pipeline)
+    return trace.id
+
+
+def append_trace(session: Session, trace: AuditTrace, key: bytes) -> None:
+    """Link a built trace to the chain tail and stage it; the caller's transaction commits it."""
+    lock_chain(session)
+    tail = chain_tail(session)
+    trace.seq = tail.seq + 1
+    trace.prev_mac = tail.mac
+    trace.mac = link_mac(key, trace.seq, trace.prev_mac, canonical_bytes(trace_payload(trace)))
+    session.add(trace)
+    session.flush()
+
+
+def build_trace(
+    settings: Settings,
+    result: PipelineResult | None,
+    *,
+    asked_by: str,
+    tenant: str,
+    question: str,
+    pipeline: str,
+    models: dict[str, Any],
+    config: dict[str, Any] | None,
+    error: str | None,
+    steps: Sequence[Step] | None,
+    asked_at: datetime | None,
+) -> AuditTrace:
+    secrets = secret_values(settings)
+    if result is not None:
+        config = result.config
+        steps = result.steps
+    config = clean(dict(config or {}), secrets)
+    trace = AuditTrace(
+        id=str(uuid.uuid4()),
+        asked_by=clean_text(asked_by, secrets),
+        tenant=clean_text(tenant, secrets),
+        asked_at=(asked_at or datetime.now(UTC)).astimezone(UTC),
+        question=clean_text(question, secrets),
+        pipeline=pipeline,
+        config_hash=str(config.get("config_hash") or config_hash(config)),
+        config=config,
+        models=clean(dict(models), secrets),
+        answer=None if result is None else clean_text(result.answer, secrets),
+        citations=[] if result is None else clean([_citation(c) for c in result.citations], secrets),
+        status=STATUS_FAILED if error is not None else STATUS_COMPLETED,
+        error=None if error is None else clean_text(error, secrets),
+        stop_reason=None if result is None else result.stop_reason,
+        totals={} if result is None else clean(result.totals.to_dict(), secrets),
+    )
+    trace.steps = [_step_row(step, secrets) for step in (steps or [])]
+    return trace
+
+
+def _citation(citation: Citation) -> dict[str, Any]:
+    return citation.to_dict()
+
+
+def _step_row(step: Step, secrets: list[str]) -> AuditStep:
+    outputs = clean(step.outputs, secrets)
+    return AuditStep(
+        position=step.index,
+        parent=step.parent,
+        kind=clean_text(step.kind, secrets),
+        name=clean_text(step.name, secrets),
+        inputs=clean(step.inputs, secrets),
+        outputs=outputs,
+        documents=_documents(outputs),
+        started_at=float(step.started_at),
+        duration_s=float(step.duration_s),
+        llm_calls=step.llm.calls,
+        prompt_tokens=step.llm.prompt_tokens,
+        completion_tokens=step.llm.completion_tokens,
+        error=None if step.error is None else clean_text(step.error, secrets),
+    )
+
+
+def _documents(outputs: dict[str, Any]) -> list[dict[str, Any]]:
+    docs = outputs.get("documents") if isinstance(outputs, dict) else None
+    if not isinstance(docs, list):
+        return []
+    return [{"id": d.get("id"), "score": d.get("score")} for d in docs if isinstance(d, dict) and "id" in d]
+
+
+def _steps_of_failed_run(recorders: list[StepRecorder]) -> list[Step]:
+    # The first recorder is the pipeline's own; any later one belongs to a nested helper and would reuse
+    # step positions.
+    return list(recorders[0].steps) if recorders else []
+
+
+def answer_with_audit(
+    pipeline: QAPipeline,
+    question: str,
+    scope: AccessScope,
+    asked_by: str,
+    settings: Settings,
+    *,
+    filters: dict[str, Any] | None = None,
+    models: dict[str, Any] | None = None,
+) -> PipelineResult:
+    """Run a pipeline and commit its trace before returning the answer (or re-raising its error).
+
+    :param asked_by: the authenticated caller (user id), never taken from the request body.
+    :param models: the model serving each LLM role; defaults to the settings' per-role endpoints.
+    :returns: the result, with `trace_id` set to the committed trace.
+    """
+    models = models if models is not None else models_from_settings(settings)
+    asked_at = datetime.now(UTC)
+    common = {"asked_by": asked_by, "tenant": scope.tenant, "pipeline": pipeline.name, "models": models,
+              "asked_at": asked_at}
+    with capture_recorders() as recorders:
+        try:
+            result = pipeline.run(question, scope, filters)
+        except Exception as exc:
+            record_answer(
+                settings, None, question=question, config=pipeline.config(),
+                error=f"{type(exc).__name__}: {exc}", steps=_steps_of_failed_run(recorders), **common,
+            )
+            raise
+    result.trace_id = record_answer(settings, result, question=result.question, **common)
+    return result

@@ -1,0 +1,75 @@
+"""Make trace values safe to store: no credentials, and nothing a SQL JSON/text column would reject.
+
+Pipelines already drop credential-named keys (`docqa.recording.to_jsonable`); this is the last line before
+the database: it also masks the configured secret values wherever they appear inside text (a prompt that
+echoes a header, an error message quoting a URL) and common token shapes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from docqa.recording import SECRET_KEYS
+from docqa.settings import Settings
+
+MASK = "***"
+_TOKEN_PATTERNS = (
+    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"),
+    # user:password@ in URLs (database, broker, Elasticsearch).
+    re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),
+)
+# Values this short are too likely to occur by chance to be masked everywhere.
+_MIN_SECRET_CHARS = 6
+
+
+def secret_values(settings: Settings) -> list[str]:
+    """Every credential the settings hold, longest first so overlapping secrets mask completely."""
+    found = [
+        settings.llm_api_key,
+        settings.elasticsearch_api_key,
+        settings.audit_hmac_key,
+        settings.audit_signing_key,
+        *(endpoint.api_key for endpoint in settings.llm_roles.values()),
+    ]
+    values = [s.get_secret_value() for s in found if s is not None]
+    for url in (settings.database_url, settings.broker_url, settings.elasticsearch_url):
+        if url:
+            try:
+                password = make_url(url).password
+            except Exception:  # an unparsable URL holds no password we could find
+                password = None
+            if password:
+                values.append(str(password))
+    return sorted({v for v in values if len(v) >= _MIN_SECRET_CHARS}, key=len, reverse=True)
+
+
+def clean(value: Any, secrets: list[str]) -> Any:
+    """Recursively mask secrets, drop NUL characters and turn non-finite floats into strings."""
+    if isinstance(value, str):
+        return clean_text(value, secrets)
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {
+            str(k): MASK if str(k).lower() in SECRET_KEYS else clean(v, secrets) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [clean(v, secrets) for v in value]
+    return clean_text(repr(value), secrets)
+
+
+def clean_text(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    for pattern in _TOKEN_PATTERNS:
+        text = pattern.sub(MASK, text)
+    # PostgreSQL text and JSON cannot hold NUL.
+    return text.replace("\x00", "\ufffd")

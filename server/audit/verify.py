@@ -1,0 +1,175 @@
+"""Verification: recompute the chain from the stored rows and report the first broken link.
+
+Usage:
+    with session_factory(settings)() as session:
+        report = verify_chain(session, hmac_key(settings), checkpoint=cp, public_key=verify_key(settings))
+    report.ok, report.broken  # BrokenLink(seq, trace_id, reason) or None
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from docqa.server.audit.canonical import canonical_bytes, trace_payload
+from docqa.server.audit.chain import GENESIS_MAC, ChainPosition, anchor_mac, link_mac
+from docqa.server.audit.checkpoint import KIND_CHAIN, Checkpoint
+from docqa.server.audit.models import AuditAnchor, AuditTrace
+
+BATCH = 500
+
+
+@dataclass(frozen=True)
+class BrokenLink:
+    seq: int | None
+    trace_id: str | None
+    reason: str
+
+
+@dataclass
+class VerifyReport:
+    ok: bool
+    checked: int
+    start_seq: int
+    head_seq: int
+    head_mac: str
+    broken: BrokenLink | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class LinkChecker:
+    """Walks links in seq order from a known position; stops believing the chain at the first break."""
+
+    def __init__(self, key: bytes, start: ChainPosition, watch_seq: int | None = None) -> None:
+        self.key = key
+        self.start = start
+        self.head = start
+        self.checked = 0
+        self.broken: BrokenLink | None = None
+        self.watch_seq = watch_seq
+        self.watched_mac: str | None = None
+
+    def check(self, seq: int, trace_id: str | None, prev_mac: str, mac: str, payload: bytes) -> bool:
+        if self.broken is not None:
+            return False
+        expected = self.head.seq + 1
+        if seq != expected:
+            reason = (
+                f"link {expected} is missing (next stored link is {seq}): deleted or truncated"
+                if seq > expected
+                else f"link {seq} is out of place (expected {expected}): inserted, duplicated or reordered"
+            )
+            self.broken = BrokenLink(expected if seq > expected else seq, trace_id, reason)
+            return False
+        if not hmac.compare_digest(prev_mac, self.head.mac):
+            self.broken = BrokenLink(seq, trace_id, "previous-link MAC does not match: links reordered or replaced")
+            return False
+        if not hmac.compare_digest(link_mac(self.key, seq, prev_mac, payload), mac):
+            self.broken = BrokenLink(
+                seq, trace_id, "MAC does not match the content: trace edited or link forged without the key"
+            )
+            return False
+        self.checked += 1
+        self.head = ChainPosition(seq, mac)
+        if seq == self.watch_seq:
+            self.watched_mac = mac
+        return True
+
+
+def iter_traces(session: Session, after_seq: int = 0, batch: int = BATCH) -> Iterator[AuditTrace]:
+    """Traces in seq order, a batch at a time (keyset pagination, steps loaded per batch)."""
+    last = after_seq
+    while True:
+        rows = list(
+            session.scalars(select(AuditTrace).where(AuditTrace.seq > last).order_by(AuditTrace.seq).limit(batch))
+        )
+        if not rows:
+            return
+        yield from rows
+        last = rows[-1].seq
+        session.expunge_all()
+
+
+def verify_chain(
+    session: Session,
+    key: bytes,
+    *,
+    checkpoint: Checkpoint | None = None,
+    public_key: Ed25519PublicKey | None = None,
+) -> VerifyReport:
+    """Recompute every live link; with a checkpoint also detect truncation and a rewritten tail.
+
+    :param key: the HMAC chain key.
+    :param checkpoint: a signed chain checkpoint taken earlier; needs `public_key` to check its signature.
+    :returns: a report; `broken` is the first broken link, `None` when the chain verifies.
+    """
+    if checkpoint is not None and public_key is None:
+        raise ValueError("verifying against a checkpoint needs the audit public key")
+    anchors = list(session.scalars(select(AuditAnchor).order_by(AuditAnchor.up_to_seq)))
+    start = ChainPosition(0, GENESIS_MAC)
+    forged_anchor = None
+    for anchor in anchors:
+        if not hmac.compare_digest(anchor_mac(key, anchor), anchor.anchor_mac):
+            forged_anchor = BrokenLink(anchor.up_to_seq, None, "retention anchor is not authentic")
+            break
+        start = ChainPosition(anchor.up_to_seq, anchor.mac)
+    checker = LinkChecker(key, start, watch_seq=checkpoint.seq if checkpoint else None)
+    checker.broken = forged_anchor
+    if forged_anchor is None:
+        for trace in iter_traces(session):
+            if not checker.check(trace.seq, trace.id, trace.prev_mac, trace.mac, canonical_bytes(trace_payload(trace))):
+                break
+    report = VerifyReport(
+        ok=checker.broken is None,
+        checked=checker.checked,
+        start_seq=start.seq,
+        head_seq=checker.head.seq,
+        head_mac=checker.head.mac,
+        broken=checker.broken,
+    )
+    if start.seq:
+        report.notes.append(f"links 1..{start.seq} were archived by retention; verify them with their archives")
+    if checkpoint is not None and report.ok:
+        _check_against(report, checkpoint, public_key, checker, anchors)  # type: ignore[arg-type]
+    return report
+
+
+def _check_against(
+    report: VerifyReport,
+    checkpoint: Checkpoint,
+    public_key: Ed25519PublicKey,
+    checker: LinkChecker,
+    anchors: list[AuditAnchor],
+) -> None:
+    def fail(seq: int | None, reason: str) -> None:
+        report.ok = False
+        report.broken = BrokenLink(seq, None, reason)
+
+    if not checkpoint.signature_valid(public_key):
+        fail(None, "checkpoint signature does not verify with the audit public key")
+    elif checkpoint.kind != KIND_CHAIN:
+        fail(None, f"not a chain checkpoint (kind {checkpoint.kind!r})")
+    elif report.head_seq < checkpoint.seq:
+        fail(report.head_seq + 1, f"chain truncated: the checkpoint covers {checkpoint.seq} links, "
+             f"the database ends at {report.head_seq}")
+    elif checkpoint.seq == 0:
+        report.notes.append("checkpoint of an empty chain")
+    elif checkpoint.seq <= report.start_seq:
+        anchor = next((a for a in anchors if a.up_to_seq == checkpoint.seq), None)
+        if anchor is not None and not hmac.compare_digest(anchor.mac, checkpoint.mac):
+            fail(checkpoint.seq, "link differs from the checkpoint: chain rewritten")
+        elif anchor is None:
+            report.notes.append(f"checkpoint link {checkpoint.seq} was archived; verify it with the archive")
+    elif checker.watched_mac is None or not hmac.compare_digest(checker.watched_mac, checkpoint.mac):
+        fail(checkpoint.seq, "link differs from the checkpoint: chain rewritten")
+    if report.ok:
+        report.notes.append(f"matches checkpoint of {checkpoint.created_at} at link {checkpoint.seq}")
