@@ -80,6 +80,13 @@ class Settings(BaseSettings):
     database_url: str | None = None
     broker_url: str | None = None
 
+    # Ingestion queue. A message a killed worker had taken is redelivered after the visibility timeout, so a
+    # task must finish well within it (its time limit is derived from it).
+    broker_visibility_timeout_s: int = Field(default=900, ge=5)
+    ingest_items_per_task: int = Field(default=8, ge=1, le=256)
+    ingest_max_attempts: int = Field(default=3, ge=1)
+    ingest_task_expires_s: int = Field(default=7 * 24 * 3600, ge=60)
+
     # Audit trail keys. Unset means key files generated once under data_dir/audit (0600); every host that
     # writes or verifies one shared database must be given the same keys.
     audit_hmac_key: SecretStr | None = None
