@@ -1,0 +1,1 @@
+"""HTTP server: FastAPI app factory, authentication, routes, limits; served by gunicorn with uvicorn workers."""

@@ -1,0 +1,1 @@
+"""Tenants, users, groups and hashed API keys: who may call the server and what they may read."""

@@ -1,0 +1,108 @@
+"""The FastAPI application factory, served by gunicorn with uvicorn workers.
+
+    gunicorn -c python:docqa.server.gunicorn_conf 'docqa.server.app:create_app()'
+
+or `docqa serve`. Tests build the app in-process: `create_app(settings, runtime=Runtime(settings, ...))`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from docqa.db import session_factory
+from docqa.errors import DocqaError
+from docqa.runtime import Runtime
+from docqa.server.api_errors import STATUS_CODES, ApiError, error_body
+from docqa.server.config import server_settings
+from docqa.server.context import ServerContext
+from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, RateLimiter
+from docqa.server.routes import accounts, health, openai_compat, query
+from docqa.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+UPLOAD_PREFIXES = ("/v1/documents", "/v1/records")
+
+
+def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
+    """Build the app. `settings` defaults to the environment; `runtime` to one built from the settings."""
+    config = server_settings(settings)
+    context = ServerContext(
+        settings=config,
+        runtime=runtime or Runtime(config),
+        sessions=session_factory(config),
+        rate_limiter=RateLimiter(config.rate_limit_per_minute, config.rate_limit_burst),
+        slots=QuerySlots(config.max_concurrent_queries, config.queue_timeout_s, config.retry_after_s),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        context.close()
+
+    app = FastAPI(
+        title="docqa",
+        version="0.1.0",
+        description="Document question answering with cited answers, audit traces and document-level access "
+        "control. Authenticate with `Authorization: Bearer <API key>`.",
+        lifespan=lifespan,
+    )
+    app.state.context = context
+    app.add_middleware(
+        BodySizeLimitMiddleware,
+        json_limit=config.max_json_bytes,
+        upload_limit=config.max_upload_bytes,
+        upload_prefixes=UPLOAD_PREFIXES,
+    )
+    _add_error_handlers(app)
+    for module in (health, query, openai_compat, accounts):
+        app.include_router(module.router)
+    return app
+
+
+def _json_error(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                **extra: Any) -> JSONResponse:
+    body = error_body(code, message)
+    body["error"].update(extra)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return _json_error(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.exception_handler(DocqaError)
+    async def docqa_error(_request: Request, exc: DocqaError) -> JSONResponse:
+        if exc.http_status >= 500:
+            logger.warning("%s: %s", exc.code, exc.message)
+        headers = {"Retry-After": "5"} if exc.http_status == 503 else None
+        return _json_error(exc.http_status, exc.code, exc.message, headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = STATUS_CODES.get(exc.status_code, "http_error")
+        message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+        return _json_error(exc.status_code, code, message, dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        message = f"{where}: {first.get('msg', 'invalid value')}" if where else "invalid request"
+        details = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in errors[:20]]
+        return _json_error(422, "invalid_request", message, details=details)
+
+    @app.exception_handler(Exception)
+    async def internal_error(_request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error", exc_info=exc)
+        return _json_error(500, "internal_error", "internal server error; see the server log")

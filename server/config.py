@@ -1,0 +1,45 @@
+"""Server-only settings, read from the same `DOCQA_*` environment as the core settings.
+
+Usage:
+    settings = ServerSettings()            # DOCQA_MAX_CONCURRENT_QUERIES=16 ... from the environment
+    settings = server_settings(Settings())  # extend core settings built elsewhere (tests, CLI)
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from docqa.settings import Settings
+
+
+class ServerSettings(Settings):
+    """Limits and listening address of the HTTP server; every field has a `DOCQA_` variable."""
+
+    server_host: str = "127.0.0.1"
+    server_port: int = Field(default=8000, ge=1, le=65535)
+    server_workers: int = Field(default=2, ge=1, le=64)
+    # Worker timeout in gunicorn: a worker silent for longer is restarted. Above the query timeout.
+    server_worker_timeout_s: int = Field(default=360, ge=10)
+
+    # Request body limits: JSON endpoints stay small; uploads may reach the ingestion file limit.
+    max_json_bytes: int = Field(default=256 * 1024, ge=1024)
+    max_upload_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+
+    # Per API key, per worker process (token bucket refilled continuously).
+    rate_limit_per_minute: int = Field(default=600, ge=1)
+    rate_limit_burst: int = Field(default=60, ge=1)
+
+    # Queries running at once per worker; further queries wait up to `queue_timeout_s`, then get 503.
+    max_concurrent_queries: int = Field(default=8, ge=1)
+    queue_timeout_s: float = Field(default=10.0, ge=0)
+    query_timeout_s: float = Field(default=300.0, gt=0)
+    retry_after_s: int = Field(default=2, ge=1)
+
+
+def server_settings(settings: Settings | None = None) -> ServerSettings:
+    """Server settings extending `settings` (its values win; server fields come from the environment)."""
+    if settings is None:
+        return ServerSettings()
+    if isinstance(settings, ServerSettings):
+        return settings
+    return ServerSettings(**settings.model_dump())

@@ -1,0 +1,34 @@
+"""What every request handler of one worker shares: settings, runtime, database sessions and limiters."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import sessionmaker
+
+from docqa.runtime import Runtime
+from docqa.server.config import ServerSettings
+from docqa.server.limits import QuerySlots, RateLimiter
+from docqa.server.pipeline_cache import PipelineCache
+
+
+@dataclass
+class ServerContext:
+    settings: ServerSettings
+    runtime: Runtime
+    sessions: sessionmaker
+    rate_limiter: RateLimiter
+    slots: QuerySlots
+    pipelines: PipelineCache = field(init=False)
+    executor: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pipelines = PipelineCache(self.runtime)
+        # Threads beyond the slot count absorb runs abandoned by a query timeout.
+        self.executor = ThreadPoolExecutor(
+            max_workers=self.settings.max_concurrent_queries * 2, thread_name_prefix="docqa-query"
+        )
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)

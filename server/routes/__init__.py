@@ -1,0 +1,1 @@
+"""HTTP routes, one module per area; each router declares the roles it admits."""

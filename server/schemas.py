@@ -1,0 +1,52 @@
+"""Request and response bodies of the query endpoints (the OpenAPI schema is generated from these)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from docqa.result import PipelineResult
+
+OptionValue = str | int | float | bool
+
+
+class QueryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=100_000, description="The question; the server's limit applies.")
+    pipeline: str = Field(default="auto", min_length=1, max_length=64, description="A strategy name or 'auto'.")
+    options: dict[str, OptionValue] = Field(default_factory=dict, description="Builder options, e.g. top_k.")
+    stream: bool = Field(default=False, description="Answer as server-sent events, one per finished step.")
+
+
+class CitationOut(BaseModel):
+    document_id: str
+    source: str | None = None
+    score: float | None = None
+    snippet: str = ""
+
+
+class QueryResponse(BaseModel):
+    answer: str
+    pipeline: str
+    trace_id: str | None
+    citations: list[CitationOut]
+    selection: dict[str, Any]
+    stop_reason: str | None = None
+    totals: dict[str, Any]
+    steps: list[dict[str, Any]]
+
+
+def query_response(result: PipelineResult, selection: dict[str, Any]) -> dict[str, Any]:
+    data = result.to_dict()
+    return {
+        "answer": data["answer"],
+        "pipeline": data["pipeline"],
+        "trace_id": data["trace_id"],
+        "citations": data["citations"],
+        "selection": selection,
+        "stop_reason": data["stop_reason"],
+        "totals": data["totals"],
+        "steps": data["steps"],
+    }
