@@ -196,8 +196,12 @@ def _structured(generator: ChatGenerator, prompt: str, schema: dict[str, Any], n
 def parse_yes_no(text: str) -> bool | None:
     """Read a Yes/No verdict from JSON (`{"answer": "Yes"}`) or free text; None when neither is clear."""
     data = parse_json_object(text)
-    if data is not None and isinstance(data.get("answer"), str):
-        text = data["answer"]
+    if data is not None:
+        # A JSON reply speaks through its `answer` field only; any other shape is unreadable.
+        answer = data.get("answer")
+        if not isinstance(answer, str):
+            return None
+        text = answer
     words = re.findall(r"[a-z]+", text.lower())
     for word in words[:5]:
         if word in ("yes", "true"):

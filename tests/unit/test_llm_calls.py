@@ -1,0 +1,242 @@
+"""LLM call helpers: malformed output never crashes, refused formats fall back, endpoint failures are one line."""
+
+import socket
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from haystack.dataclasses import ChatMessage
+from openai.types.chat import ChatCompletion
+
+from docqa.errors import LLMUnavailableError
+from docqa.llm.calls import (
+    YES_NO_SCHEMA,
+    generate_json,
+    generate_text,
+    generate_yes_no,
+    parse_json_object,
+    parse_yes_no,
+)
+from docqa.llm.client import build_chat_generator
+from docqa.recording import StepRecorder
+from docqa.settings import Settings
+from tests.support.scripted_chat import ScriptedChatGenerator
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}, "year": {"type": "integer"}},
+    "required": ["title", "year"],
+}
+
+
+def _status_error(cls: type[openai.APIStatusError], status: int, message: str) -> openai.APIStatusError:
+    request = httpx.Request("POST", "http://llm.test/v1/chat/completions")
+    return cls(message, response=httpx.Response(status, request=request), body=None)
+
+
+class FakeEndpoint:
+    """A chat generator that behaves like a server accepting only some response_format shapes."""
+
+    def __init__(self, base_url: str, accepts: set[str], reply: str, rejection: Any = None) -> None:
+        self.api_base_url = base_url
+        self.accepts = accepts
+        self.reply = reply
+        self.rejection = rejection or (lambda: _status_error(openai.BadRequestError, 400, "bad response_format"))
+        self.formats: list[str] = []
+
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        response_format = (generation_kwargs or {}).get("response_format")
+        shape = response_format["type"] if response_format else "none"
+        self.formats.append(shape)
+        if shape not in self.accepts:
+            raise self.rejection()
+        return {"replies": [ChatMessage.from_assistant(self.reply, meta={"model": "fake"})]}
+
+
+class Raising:
+    api_base_url = "http://llm.test/v1"
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        raise self.exc
+
+
+class TestParseYesNo:
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ('{"answer": "Yes"}', True),
+            ('{ "answer": "No"} ', False),
+            ("Yes.", True),
+            ("no, the passages do not say", False),
+            ('```json\n{"answer": "No"}\n```', False),
+            ("The answer is yes", True),
+            ("", None),
+            ("   ", None),
+            ("Maybe, it depends on the year of publication", None),
+            ('{"answer": "Perhaps"}', None),
+            ('{"answer": 3}', None),
+            ('{"verdict": "Yes"}', None),
+            ('{"answer": ["Yes"]}', None),
+            ("Paris is the capital of France and yes it is", None),
+        ],
+    )
+    def test_reads_only_clear_verdicts(self, text, expected):
+        assert parse_yes_no(text) is expected
+
+
+class TestParseJsonObject:
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ('{"a": 1}', {"a": 1}),
+            ('```json\n{"a": [1, 2]}\n```', {"a": [1, 2]}),
+            ('Sure! Here it is: {"a": {"b": null}} Hope that helps.', {"a": {"b": None}}),
+            ("", None),
+            ("no json here", None),
+            ('{"a": 1', None),
+            ("{'a': 1}", None),
+            ("[1, 2, 3]", None),
+            ('"just a string"', None),
+            ("{}", {}),
+        ],
+    )
+    def test_extracts_an_object_or_none(self, text, expected):
+        assert parse_json_object(text) == expected
+
+
+class TestMalformedOutputNeverCrashes:
+    @pytest.mark.parametrize(
+        "output", ["", "I think so", '{"answer": ', "```\nnot json\n```", '{"answer": ["Yes"]}', "null"]
+    )
+    def test_yes_no_gives_none(self, output):
+        assert generate_yes_no(ScriptedChatGenerator(default=output), "Is it?") is None
+
+    @pytest.mark.parametrize(
+        "output",
+        [
+            "",
+            "The book is Dune (1965).",
+            '{"title": "Dune", "year": 19',
+            '{"name": "Dune", "date": 1965}',
+            '{"title": "Dune"}',
+            "[]",
+            "```json\n```",
+        ],
+        ids=["empty", "prose", "broken", "wrong-keys", "missing-key", "array", "empty-fence"],
+    )
+    def test_json_gives_none(self, output):
+        assert generate_json(ScriptedChatGenerator(default=output), "Which book?", SCHEMA) is None
+
+    def test_json_in_fences_with_extra_keys_is_accepted(self):
+        llm = ScriptedChatGenerator(default='```json\n{"title": "Dune", "year": 1965, "extra": true}\n```')
+        assert generate_json(llm, "Which book?", SCHEMA) == {"title": "Dune", "year": 1965, "extra": True}
+
+    def test_text_is_stripped_and_empty_when_silent(self):
+        assert generate_text(ScriptedChatGenerator(default="  Paris \n"), "Capital?") == "Paris"
+        assert generate_text(ScriptedChatGenerator(default=""), "Capital?") == ""
+
+    def test_no_replies_at_all(self):
+        class Silent:
+            def run(self, messages, generation_kwargs=None):
+                return {"replies": []}
+
+        assert generate_yes_no(Silent(), "Is it?") is None
+        assert generate_text(Silent(), "Say something") == ""
+
+    def test_truncated_structured_reply_is_parsed_defensively(self):
+        completion = ChatCompletion.model_validate(
+            {
+                "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "length",
+                             "message": {"role": "assistant", "content": '{"title": "Du'}}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 16, "total_tokens": 21},
+            }
+        )
+        llm = Raising(openai.LengthFinishReasonError(completion=completion))
+        recorder = StepRecorder()
+        with recorder.step("generation", "g"):
+            assert generate_json(llm, "Which book?", SCHEMA) is None
+        assert recorder.steps[0].llm.completion_tokens == 16
+
+
+class TestConstrainedRequests:
+    def test_schema_sent_as_json_schema_first(self):
+        llm = ScriptedChatGenerator(default='{"answer": "Yes"}')
+        assert generate_yes_no(llm, "Is it?") is True
+        response_format = llm.calls[0]["generation_kwargs"]["response_format"]
+        assert response_format["type"] == "json_schema"
+        assert response_format["json_schema"]["schema"] == YES_NO_SCHEMA
+        assert llm.calls[0]["generation_kwargs"]["max_tokens"] == 16
+
+    def test_falls_back_to_json_object_schema_and_remembers_it(self):
+        llm = FakeEndpoint("http://fallback-a.test/v1", accepts={"json_object"}, reply='{"answer": "No"}')
+        assert generate_yes_no(llm, "Is it?") is False
+        assert generate_yes_no(llm, "Is it?") is False
+        assert llm.formats == ["json_schema", "json_object", "json_object"]
+
+    def test_falls_back_to_unconstrained_and_remembers_it(self):
+        llm = FakeEndpoint("http://fallback-b.test/v1", accepts={"none"}, reply="Yes, it is.")
+        assert generate_yes_no(llm, "Is it?") is True
+        assert generate_json(llm, "Which?", SCHEMA) is None
+        assert llm.formats == ["json_schema", "json_object", "none", "none"]
+
+    def test_llama_cpp_python_validation_error_counts_as_a_refused_format(self):
+        def rejection():
+            return _status_error(openai.InternalServerError, 500,
+                                 "1 validation error: response_format.type Input should be 'text' or 'json_object'")
+
+        llm = FakeEndpoint("http://fallback-c.test/v1", accepts={"json_object"}, reply='{"answer": "Yes"}',
+                           rejection=rejection)
+        assert generate_yes_no(llm, "Is it?") is True
+        assert llm.formats == ["json_schema", "json_object"]
+
+    def test_calls_are_recorded_in_the_current_step(self):
+        llm = FakeEndpoint("http://fallback-d.test/v1", accepts={"json_object"}, reply='{"answer": "Yes"}')
+        recorder = StepRecorder()
+        with recorder.step("grading", "grader"):
+            generate_yes_no(llm, "Is it?", purpose="sufficiency")
+        (call,) = recorder.steps[0].outputs["llm_calls"]
+        assert call["purpose"] == "sufficiency"
+        assert call["constrained"] is True
+        assert call["response"] == '{"answer": "Yes"}'
+        assert recorder.steps[0].llm.calls == 1
+
+
+class TestEndpointFailures:
+    @pytest.mark.parametrize(
+        ("exc", "fragment"),
+        [
+            (_status_error(openai.AuthenticationError, 401, "invalid key"), "rejected the API key"),
+            (_status_error(openai.NotFoundError, 404, "no such model"), "does not serve the model"),
+            (_status_error(openai.InternalServerError, 500, "boom\ntraceback line"), "failed"),
+            (_status_error(openai.BadRequestError, 400, "context window exceeded"), "rejected the request"),
+        ],
+        ids=["auth", "model", "server", "request"],
+    )
+    def test_become_one_line_unavailable_errors(self, exc, fragment):
+        with pytest.raises(LLMUnavailableError) as info:
+            generate_text(Raising(exc), "Hello")
+        assert fragment in info.value.message
+        assert "\n" not in info.value.message
+
+    def test_other_exceptions_propagate(self):
+        with pytest.raises(KeyError):
+            generate_text(Raising(KeyError("bug")), "Hello")
+
+    def test_unreachable_endpoint_with_the_real_client(self):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        # Nothing listens on the port once the socket is closed.
+        settings = Settings(llm_base_url=f"http://127.0.0.1:{port}/v1", llm_max_retries=0, llm_timeout_s=5)
+        generator = build_chat_generator(settings, "generator")
+        for call in (lambda: generate_text(generator, "Hello"), lambda: generate_yes_no(generator, "Is it?")):
+            with pytest.raises(LLMUnavailableError) as info:
+                call()
+            assert f"127.0.0.1:{port}" in info.value.message
+            assert "unreachable" in info.value.message
+            assert "\n" not in info.value.message
