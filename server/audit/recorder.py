@@ -56,9 +56,26 @@ def _audit_engine(url: str) -> Engine:
 
 def audit_engine(settings: Settings) -> Engine:
     url = settings.resolved_database_url()
-    if url.startswith("sqlite:///"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.database_url is None:
+        _ensure_embedded_schema(settings, url)
     return _audit_engine(url)
+
+
+_migrated: set[str] = set()
+
+
+def _ensure_embedded_schema(settings: Settings, url: str) -> None:
+    # The embedded SQLite default needs no setup step; a configured database is migrated by `docqa db upgrade`.
+    if url in _migrated:
+        return
+    from filelock import FileLock
+
+    from docqa.server.schema import upgrade_database
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(settings.data_dir / ".migrate.lock")):
+        upgrade_database(settings)
+    _migrated.add(url)
 
 
 @contextmanager

@@ -1,0 +1,160 @@
+"""`docqa audit ...` and `docqa db upgrade`: argparse wiring for the CLI in `docqa/cli.py`.
+
+Each subcommand sets `handler(args, settings) -> exit code` as a default: 0 success, 1 verification failed,
+2 a usage or input problem.
+
+Usage (in docqa/cli.py):
+    add_audit_commands(subparsers); add_db_commands(subparsers)
+    args = parser.parse_args(); sys.exit(args.handler(args, get_settings()))
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from docqa.db import session_factory
+from docqa.server.audit.checkpoint import create_checkpoint, load_checkpoint, write_checkpoint
+from docqa.server.audit.export import export_jsonl
+from docqa.server.audit.keys import hmac_key, load_public_key, public_key_pem, signing_key, verify_key
+from docqa.server.audit.retention import ArchiveIntegrityError, retain, verify_archive
+from docqa.server.audit.verify import VerifyReport, verify_chain
+from docqa.settings import Settings
+
+OK, FAILED, USAGE = 0, 1, 2
+
+
+def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:
+    audit = subparsers.add_parser("audit", help="verify, checkpoint, export and archive the audit trail")
+    commands = audit.add_subparsers(dest="audit_command", required=True)
+
+    verify = commands.add_parser("verify", help="recompute the chain and report the first broken link")
+    verify.add_argument("--checkpoint", type=Path, help="signed checkpoint to check truncation/rewrites against")
+    verify.add_argument("--archive", type=Path, help="verify a retention archive instead of the database")
+    verify.add_argument("--public-key", type=Path, help="auditor's PEM copy of the checkpoint public key")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.set_defaults(handler=verify_command)
+
+    checkpoint = commands.add_parser("checkpoint", help="sign the verified chain head into a file")
+    checkpoint.add_argument("--out", type=Path, required=True)
+    checkpoint.set_defaults(handler=checkpoint_command)
+
+    export = commands.add_parser("export", help="write traces with chain proofs as JSON Lines")
+    export.add_argument("--out", type=Path, required=True)
+    export.add_argument("--since", type=_timestamp, help="ISO date/time (UTC unless given), inclusive")
+    export.add_argument("--until", type=_timestamp, help="ISO date/time (UTC unless given), exclusive")
+    export.set_defaults(handler=export_command)
+
+    retain_cmd = commands.add_parser("retain", help="archive traces asked before a date and drop them")
+    retain_cmd.add_argument("--before", type=_timestamp, required=True)
+    retain_cmd.add_argument("--archive", type=Path, required=True)
+    retain_cmd.set_defaults(handler=retain_command)
+
+    public_key = commands.add_parser("public-key", help="print the checkpoint verification key (PEM)")
+    public_key.set_defaults(handler=public_key_command)
+
+
+def add_db_commands(subparsers: argparse._SubParsersAction) -> None:
+    db = subparsers.add_parser("db", help="database schema")
+    commands = db.add_subparsers(dest="db_command", required=True)
+    upgrade = commands.add_parser("upgrade", help="apply migrations (creates the default SQLite database)")
+    upgrade.add_argument("--revision", default="head")
+    upgrade.set_defaults(handler=db_upgrade_command)
+
+
+def verify_command(args: argparse.Namespace, settings: Settings) -> int:
+    public_key = load_public_key(args.public_key) if args.public_key else verify_key(settings)
+    if args.archive is not None:
+        report = verify_archive(args.archive, hmac_key(settings), public_key)
+    else:
+        try:
+            checkpoint = load_checkpoint(args.checkpoint) if args.checkpoint else None
+        except ValueError as exc:
+            return _usage(str(exc))
+        with session_factory(settings)() as session:
+            report = verify_chain(session, hmac_key(settings), checkpoint=checkpoint, public_key=public_key)
+    _print_report(report, as_json=args.json)
+    return OK if report.ok else FAILED
+
+
+def checkpoint_command(args: argparse.Namespace, settings: Settings) -> int:
+    with session_factory(settings)() as session:
+        report = verify_chain(session, hmac_key(settings))
+    if not report.ok:
+        _print_report(report, as_json=False)
+        print("refusing to sign a broken chain", file=sys.stderr)
+        return FAILED
+    checkpoint = create_checkpoint(seq=report.head_seq, mac=report.head_mac, signer=signing_key(settings))
+    write_checkpoint(checkpoint, args.out)
+    print(f"checkpoint at link {checkpoint.seq} ({checkpoint.mac[:16]}...) written to {args.out}")
+    return OK
+
+
+def export_command(args: argparse.Namespace, settings: Settings) -> int:
+    with session_factory(settings)() as session:
+        count = export_jsonl(session, args.out, since=args.since, until=args.until)
+    print(f"{count} traces written to {args.out}")
+    return OK
+
+
+def retain_command(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        report = retain(settings, before=args.before, archive=args.archive)
+    except FileExistsError as exc:
+        return _usage(str(exc))
+    except ArchiveIntegrityError as exc:
+        print(str(exc), file=sys.stderr)
+        return FAILED
+    if report.archived == 0:
+        print("no traces older than the cut-off; nothing archived")
+    else:
+        print(f"archived links {report.from_seq}..{report.up_to_seq} ({report.archived} traces) to "
+              f"{report.archive}; signed checkpoint {report.checkpoint}")
+    return OK
+
+
+def public_key_command(args: argparse.Namespace, settings: Settings) -> int:
+    print(public_key_pem(verify_key(settings)), end="")
+    return OK
+
+
+def db_upgrade_command(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.server.schema import upgrade_database
+
+    upgrade_database(settings, args.revision)
+    print(f"database at {args.revision}")
+    return OK
+
+
+def _timestamp(value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO date or date-time: {value!r}") from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+
+def _print_report(report: VerifyReport, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return
+    lines: list[Any] = []
+    if report.ok:
+        lines.append(f"OK: {report.checked} links verified (links {report.start_seq + 1}..{report.head_seq})")
+    else:
+        broken = report.broken
+        where = f"link {broken.seq}" if broken and broken.seq is not None else "chain"
+        trace = f" (trace {broken.trace_id})" if broken and broken.trace_id else ""
+        lines.append(f"BROKEN at {where}{trace}: {broken.reason if broken else 'unknown'}")
+        lines.append(f"{report.checked} links verified before it")
+    lines.extend(f"note: {note}" for note in report.notes)
+    print("\n".join(str(line) for line in lines))
+
+
+def _usage(message: str) -> int:
+    print(message, file=sys.stderr)
+    return USAGE
