@@ -1,0 +1,488 @@
+"""The default document store: one SQLite file on disk, searched through an in-memory index per process.
+
+SQLite (WAL mode, busy timeout) is the source of truth and serialises writers across processes. Every process
+keeps a `SearchIndex` that it brings up to date before each read: rows with a sequence number above the last
+one seen become a new segment, and a trigger-maintained deletion log turns deletes and overwrites into
+tombstones. `PRAGMA data_version` tells cheaply whether another connection committed since the last look, so
+a quiet store costs one pragma per query. Overwrites and metadata updates re-insert the row under a new
+sequence number, so catching up never needs to look at old rows.
+
+Usage:
+    store = EmbeddedDocumentStore(path="/var/lib/docqa/store/documents.sqlite3")
+    store.write_documents([Document(content="Paris is the capital of France", meta={"tenant": "t"})])
+    store.bm25_retrieval("capital of France", filters={"field": "meta.tenant", "operator": "==", "value": "t"})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from haystack import Document, default_from_dict, default_to_dict
+from haystack.document_stores.errors import DocumentStoreError, DuplicateDocumentError
+from haystack.document_stores.types import DuplicatePolicy
+from haystack.utils import expit
+
+from docqa.stores import metadata
+from docqa.stores.filters import compile_filters
+from docqa.stores.search_index import IndexedRow, SearchIndex
+
+# Same score scaling as Haystack's InMemoryDocumentStore, so `scale_score` means the same in both.
+BM25_SCALING_FACTOR = 8
+DOT_PRODUCT_SCALING_FACTOR = 100
+_BATCH = 500
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS documents (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        content TEXT,
+        meta TEXT NOT NULL,
+        embedding BLOB,
+        embedding_dtype TEXT,
+        extra TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS deletions (
+        log_seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        doc_seq INTEGER NOT NULL
+    )""",
+    """CREATE TRIGGER IF NOT EXISTS documents_deleted AFTER DELETE ON documents
+    BEGIN
+        INSERT INTO deletions (doc_seq) VALUES (old.seq);
+    END""",
+    "CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    "INSERT OR IGNORE INTO store_info (key, value) VALUES ('epoch', 0)",
+)
+_COLUMNS = "seq, id, content, meta, embedding, embedding_dtype, extra"
+
+
+class EmbeddedDocumentStore:
+    """Persistent, multi-process document store with BM25, dense search and Haystack filters.
+
+    :param path: SQLite file; its directory is created if missing. Several processes may open the same file.
+    :param embedding_similarity_function: "cosine" or "dot_product" (equal for normalised embeddings).
+    :param bm25_k1: BM25 term-frequency saturation.
+    :param bm25_b: BM25 length normalisation.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        embedding_similarity_function: Literal["cosine", "dot_product"] = "cosine",
+        bm25_k1: float = 1.5,
+        bm25_b: float = 0.75,
+    ) -> None:
+        if not path:
+            raise ValueError("EmbeddedDocumentStore needs a file path")
+        if embedding_similarity_function not in ("cosine", "dot_product"):
+            raise ValueError("embedding_similarity_function must be 'cosine' or 'dot_product'")
+        if bm25_k1 < 0 or not 0 <= bm25_b <= 1:
+            raise ValueError("bm25_k1 must be >= 0 and bm25_b within [0, 1]")
+        self.path = str(path)
+        self.embedding_similarity_function = embedding_similarity_function
+        self.bm25_k1 = bm25_k1
+        self.bm25_b = bm25_b
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+        self._reset_index()
+
+    # ---- serialization -------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self,
+            path=self.path,
+            embedding_similarity_function=self.embedding_similarity_function,
+            bm25_k1=self.bm25_k1,
+            bm25_b=self.bm25_b,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EmbeddedDocumentStore:
+        return default_from_dict(cls, data)
+
+    # ---- connection and catch-up ---------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        # A connection inherited through fork() must not be used: reopen, and rebuild the index from disk.
+        if self._conn is None or self._pid != os.getpid():
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 60000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._conn, self._pid = conn, os.getpid()
+            self._reset_index()
+        return self._conn
+
+    def _reset_index(self) -> None:
+        self._index = SearchIndex(k1=self.bm25_k1, b=self.bm25_b, similarity=self.embedding_similarity_function)
+        self._epoch = -1
+        self._max_seq = 0
+        self._max_log = 0
+        self._data_version = -1
+        self._dirty = True
+
+    def _refresh(self) -> SearchIndex:
+        """Bring the index up to date with everything committed so far (cheap when nothing changed)."""
+        conn = self._connection()
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if self._dirty or version != self._data_version:
+            if conn.in_transaction:
+                self._catch_up(conn)
+            else:
+                conn.execute("BEGIN")
+                try:
+                    self._catch_up(conn)
+                finally:
+                    conn.execute("COMMIT")
+            self._data_version = version
+            self._dirty = False
+        return self._index
+
+    def _catch_up(self, conn: sqlite3.Connection) -> None:
+        epoch = conn.execute("SELECT value FROM store_info WHERE key = 'epoch'").fetchone()[0]
+        if epoch != self._epoch:
+            self._index = SearchIndex(k1=self.bm25_k1, b=self.bm25_b, similarity=self.embedding_similarity_function)
+            self._epoch, self._max_seq = epoch, 0
+            self._max_log = conn.execute("SELECT COALESCE(MAX(log_seq), 0) FROM deletions").fetchone()[0]
+            deleted: list[int] = []
+        else:
+            log = conn.execute(
+                "SELECT log_seq, doc_seq FROM deletions WHERE log_seq > ? ORDER BY log_seq", (self._max_log,)
+            ).fetchall()
+            deleted = [doc_seq for _, doc_seq in log]
+            if log:
+                self._max_log = log[-1][0]
+        cursor = conn.execute(
+            "SELECT seq, id, content, meta, embedding, embedding_dtype FROM documents WHERE seq > ? ORDER BY seq",
+            (self._max_seq,),
+        )
+        rows = [
+            IndexedRow(seq=seq, id=doc_id, content=content, meta=json.loads(meta), embedding=_vector(blob, dtype))
+            for seq, doc_id, content, meta, blob, dtype in cursor
+        ]
+        self._index.add(rows)
+        self._index.delete(deleted)
+        if rows:
+            self._max_seq = rows[-1].seq
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; the immediate lock makes writers from all processes take turns."""
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            finally:
+                # This connection's own commits do not change its data_version: force the next catch-up.
+                self._dirty = True
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+            self._reset_index()
+
+    # ---- DocumentStore protocol ----------------------------------------------------------------------------
+
+    def count_documents(self) -> int:
+        with self._lock:
+            return self._connection().execute("SELECT COUNT(*) FROM documents").fetchone()[0]
+
+    def filter_documents(self, filters: dict[str, Any] | None = None) -> list[Document]:
+        """Documents matching Haystack `filters` (all documents without), in write order."""
+        if filters:
+            compile_filters(filters)
+        with self._lock:
+            seqs = self._refresh().matching_seqs(filters or None, self._load_fields)
+            return self._fetch(seqs.tolist())
+
+    def write_documents(self, documents: list[Document], policy: DuplicatePolicy = DuplicatePolicy.NONE) -> int:
+        """Write documents atomically. `NONE` means `FAIL`: nothing is written if any id already exists.
+
+        :returns: the number of documents written.
+        """
+        if not isinstance(documents, list) or not all(isinstance(d, Document) for d in documents):
+            raise ValueError("write_documents expects a list of Documents")
+        policy = DuplicatePolicy.FAIL if policy == DuplicatePolicy.NONE else policy
+        unique: dict[str, Document] = {}
+        for doc in documents:
+            if doc.id in unique and policy == DuplicatePolicy.FAIL:
+                raise DuplicateDocumentError(f"ID '{doc.id}' appears twice in the batch")
+            if doc.id not in unique or policy == DuplicatePolicy.OVERWRITE:
+                unique[doc.id] = doc
+        rows = [_row(doc) for doc in unique.values()]
+        with self._write() as conn:
+            existing = self._existing_ids(conn, list(unique))
+            if existing and policy == DuplicatePolicy.FAIL:
+                raise DuplicateDocumentError(f"ID '{sorted(existing)[0]}' already exists in the document store")
+            if policy == DuplicatePolicy.SKIP:
+                rows = [r for r in rows if r[0] not in existing]
+            elif existing:
+                _delete_ids(conn, sorted(existing))
+            conn.executemany(
+                "INSERT INTO documents (id, content, meta, embedding, embedding_dtype, extra) VALUES (?,?,?,?,?,?)",
+                rows,
+            )
+        return len(rows)
+
+    def delete_documents(self, document_ids: list[str]) -> None:
+        with self._write() as conn:
+            _delete_ids(conn, list(document_ids))
+
+    # ---- extended protocol ---------------------------------------------------------------------------------
+
+    def delete_all_documents(self) -> None:
+        """Empty the store. Other processes notice the new epoch and drop their index."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM documents")
+            conn.execute("DELETE FROM deletions")
+            conn.execute("UPDATE store_info SET value = value + 1 WHERE key = 'epoch'")
+
+    def delete_by_filter(self, filters: dict[str, Any]) -> int:
+        compile_filters(filters)
+        with self._write() as conn:
+            seqs = self._refresh().matching_seqs(filters, self._load_fields).tolist()
+            for batch in _batches(seqs):
+                conn.execute(f"DELETE FROM documents WHERE seq IN ({_marks(batch)})", batch)
+        return len(seqs)
+
+    def update_by_filter(self, filters: dict[str, Any], meta: dict[str, Any]) -> int:
+        """Merge `meta` into the metadata of every matching document. :returns: how many were updated."""
+        compile_filters(filters)
+        if not isinstance(meta, dict):
+            raise ValueError("meta must be a dictionary")
+        with self._write() as conn:
+            seqs = self._refresh().matching_seqs(filters, self._load_fields).tolist()
+            for batch in _batches(seqs):
+                old = conn.execute(
+                    f"SELECT {_COLUMNS} FROM documents WHERE seq IN ({_marks(batch)}) ORDER BY seq", batch
+                ).fetchall()
+                conn.execute(f"DELETE FROM documents WHERE seq IN ({_marks(batch)})", batch)
+                conn.executemany(
+                    "INSERT INTO documents (id, content, meta, embedding, embedding_dtype, extra) VALUES (?,?,?,?,?,?)",
+                    [(r[1], r[2], json.dumps({**json.loads(r[3]), **meta}), *r[4:]) for r in old],
+                )
+        return len(seqs)
+
+    def count_documents_by_filter(self, filters: dict[str, Any]) -> int:
+        return len(self._matching_metas(filters))
+
+    def count_unique_metadata_by_filter(self, filters: dict[str, Any], metadata_fields: list[str]) -> dict[str, int]:
+        return metadata.count_unique(self._matching_metas(filters), metadata_fields)
+
+    def get_metadata_fields_info(self) -> dict[str, dict[str, str]]:
+        return metadata.fields_info(self._matching_metas(None))
+
+    def get_metadata_field_min_max(self, metadata_field: str) -> dict[str, Any]:
+        return metadata.min_max(self._matching_metas(None), metadata_field)
+
+    def get_metadata_field_unique_values(
+        self,
+        metadata_field: str,
+        search_term: str | None = None,
+        from_: int = 0,
+        size: int = 10,
+        filters: dict[str, Any] | None = None,
+    ) -> tuple[list[Any], int]:
+        """Distinct values of a meta field (optionally those containing `search_term`), one page of them.
+
+        :returns: (values on the page, total number of distinct values).
+        """
+        values = metadata.unique_values(self._matching_metas(filters), metadata_field)
+        if search_term:
+            values = [v for v in values if search_term.lower() in str(v).lower()]
+        return values[from_ : from_ + size], len(values)
+
+    # ---- retrieval -----------------------------------------------------------------------------------------
+
+    def bm25_retrieval(
+        self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False
+    ) -> list[Document]:
+        """Top `top_k` documents by BM25 among those matching `filters`, with `score` set."""
+        if not isinstance(query, str):
+            raise ValueError("query must be a string")
+        if top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        if filters:
+            compile_filters(filters)
+        with self._lock:
+            hits = self._refresh().bm25(query, top_k=top_k, filters=filters or None, load_fields=self._load_fields)
+            docs = self._scored(hits, return_embedding=False)
+        if scale_score:
+            docs = [replace(d, score=float(expit(d.score / BM25_SCALING_FACTOR))) for d in docs]
+        return docs
+
+    def embedding_retrieval(
+        self,
+        query_embedding: list[float],
+        filters: dict[str, Any] | None = None,
+        top_k: int = 10,
+        scale_score: bool = False,
+        return_embedding: bool = False,
+    ) -> list[Document]:
+        """Top `top_k` documents by embedding similarity among those matching `filters`, with `score` set."""
+        if not query_embedding:
+            raise ValueError("query_embedding must be a non-empty list of floats")
+        if top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        if filters:
+            compile_filters(filters)
+        with self._lock:
+            hits = self._refresh().dense(
+                query_embedding, top_k=top_k, filters=filters or None, load_fields=self._load_fields
+            )
+            docs = self._scored(hits, return_embedding=return_embedding)
+        if scale_score and self.embedding_similarity_function == "cosine":
+            docs = [replace(d, score=(d.score + 1.0) / 2.0) for d in docs]
+        elif scale_score:
+            docs = [replace(d, score=float(expit(d.score / DOT_PRODUCT_SCALING_FACTOR))) for d in docs]
+        return docs
+
+    # ---- async variants (SQLite and numpy release the GIL; a thread is enough) -----------------------------
+
+    async def count_documents_async(self) -> int:
+        return await asyncio.to_thread(self.count_documents)
+
+    async def filter_documents_async(self, filters: dict[str, Any] | None = None) -> list[Document]:
+        return await asyncio.to_thread(self.filter_documents, filters)
+
+    async def write_documents_async(
+        self, documents: list[Document], policy: DuplicatePolicy = DuplicatePolicy.NONE
+    ) -> int:
+        return await asyncio.to_thread(self.write_documents, documents, policy)
+
+    async def delete_documents_async(self, document_ids: list[str]) -> None:
+        await asyncio.to_thread(self.delete_documents, document_ids)
+
+    async def bm25_retrieval_async(
+        self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False
+    ) -> list[Document]:
+        return await asyncio.to_thread(self.bm25_retrieval, query, filters, top_k, scale_score)
+
+    async def embedding_retrieval_async(
+        self,
+        query_embedding: list[float],
+        filters: dict[str, Any] | None = None,
+        top_k: int = 10,
+        scale_score: bool = False,
+        return_embedding: bool = False,
+    ) -> list[Document]:
+        return await asyncio.to_thread(
+            self.embedding_retrieval, query_embedding, filters, top_k, scale_score, return_embedding
+        )
+
+    # ---- helpers -------------------------------------------------------------------------------------------
+
+    def _matching_metas(self, filters: dict[str, Any] | None) -> list[dict[str, Any]]:
+        if filters:
+            compile_filters(filters)
+        with self._lock:
+            pairs = self._refresh().matching(filters or None, self._load_fields)
+            return [segment.metas[i] for segment, positions in pairs for i in positions]
+
+    def _existing_ids(self, conn: sqlite3.Connection, ids: list[str]) -> set[str]:
+        found: set[str] = set()
+        for batch in _batches(ids):
+            found.update(r[0] for r in conn.execute(f"SELECT id FROM documents WHERE id IN ({_marks(batch)})", batch))
+        return found
+
+    def _fetch_by_seq(self, seqs: Sequence[int], return_embedding: bool = True) -> dict[int, Document]:
+        """Documents by sequence number; rows deleted by another process meanwhile are simply absent."""
+        conn = self._connection()
+        found: dict[int, Document] = {}
+        for batch in _batches(list(seqs)):
+            for row in conn.execute(f"SELECT {_COLUMNS} FROM documents WHERE seq IN ({_marks(batch)})", batch):
+                found[row[0]] = _document(row, return_embedding)
+        return found
+
+    def _fetch(self, seqs: Sequence[int]) -> list[Document]:
+        found = self._fetch_by_seq(seqs)
+        return [found[s] for s in seqs if s in found]
+
+    def _scored(self, hits: list[tuple[int, float]], return_embedding: bool) -> list[Document]:
+        found = self._fetch_by_seq([seq for seq, _ in hits], return_embedding)
+        docs = []
+        for seq, score in hits:
+            if seq in found:
+                docs.append(replace(found[seq], score=score))
+        return docs
+
+    def _load_fields(self, seqs: Sequence[int], fields: set[str]) -> list[dict[str, Any]]:
+        found = self._fetch_by_seq(seqs)
+        return [{f: getattr(found[s], f, None) for f in fields} if s in found else {} for s in seqs]
+
+
+def _row(doc: Document) -> tuple[Any, ...]:
+    """A Document as a table row. Embeddings are float32 unless that would change a value (exact round trip)."""
+    blob, dtype = None, None
+    if doc.embedding is not None:
+        as32 = np.asarray(doc.embedding, dtype=np.float32)
+        exact = as32.astype(np.float64).tolist() == list(doc.embedding)
+        blob = (as32 if exact else np.asarray(doc.embedding, dtype=np.float64)).tobytes()
+        dtype = "f4" if exact else "f8"
+    extra = {}
+    if doc.blob is not None:
+        extra["blob"] = doc.blob.to_dict()
+    if doc.sparse_embedding is not None:
+        extra["sparse_embedding"] = doc.sparse_embedding.to_dict()
+    try:
+        meta = json.dumps(doc.meta)
+    except (TypeError, ValueError) as error:
+        raise DocumentStoreError(f"Document {doc.id} has metadata that is not JSON: {error}") from error
+    return doc.id, doc.content, meta, blob, dtype, json.dumps(extra) if extra else None
+
+
+def _document(row: tuple[Any, ...], return_embedding: bool) -> Document:
+    _, doc_id, content, meta, blob, dtype, extra = row
+    data: dict[str, Any] = {"id": doc_id, "content": content, "meta": json.loads(meta)}
+    if return_embedding and blob is not None:
+        data["embedding"] = np.frombuffer(blob, dtype=dtype).astype(np.float64).tolist()
+    if extra:
+        data.update(json.loads(extra))
+    return Document.from_dict(data)
+
+
+def _vector(blob: bytes | None, dtype: str | None) -> np.ndarray | None:
+    if blob is None:
+        return None
+    return np.frombuffer(blob, dtype=dtype or "f4").astype(np.float32)
+
+
+def _delete_ids(conn: sqlite3.Connection, ids: list[str]) -> None:
+    for batch in _batches(ids):
+        conn.execute(f"DELETE FROM documents WHERE id IN ({_marks(batch)})", batch)
+
+
+def _batches(items: list[Any]) -> Iterator[list[Any]]:
+    for start in range(0, len(items), _BATCH):
+        yield items[start : start + _BATCH]
+
+
+def _marks(batch: list[Any]) -> str:
+    return ",".join("?" * len(batch))

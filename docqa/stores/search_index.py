@@ -1,0 +1,306 @@
+"""The in-memory search side of the embedded store: immutable segments plus tombstones, rebuilt from SQLite.
+
+Each segment holds the documents of one catch-up batch: a CSC term-frequency matrix with precomputed BM25
+term weights (BM25 over a sparse matrix is a handful of numpy operations per query term), float32 embedding
+blocks (one per dimension), the metadata used by filters, and an alive mask. Deleting or overwriting a
+document only flips its alive bit; segments are merged when there are many of them or many dead rows.
+
+Statistics follow Lucene: document frequencies and the average length count tombstoned rows until the next
+merge, and a segment's length normalisation uses the average length known when it was built.
+
+Usage:
+    index = SearchIndex(k1=1.5, b=0.75, similarity="cosine")
+    index.add([IndexedRow(seq=1, id="a", content="alpha beta", meta={}, embedding=None)])
+    index.bm25("alpha", top_k=5, filters=None, load_fields=loader)  # -> [(1, 0.28)]
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+
+from docqa.stores.filters import StoredRecord, compile_filters, referenced_fields
+from docqa.stores.tokenizer import tokenize
+
+# Loads non-meta Document fields (content, blob, ...) for the given sequence numbers, for filters naming them.
+FieldLoader = Callable[[Sequence[int], set[str]], list[dict[str, Any]]]
+
+MAX_SEGMENTS = 8
+MAX_DEAD_FRACTION = 0.25
+FILTER_CACHE_SIZE = 32
+
+
+@dataclass
+class IndexedRow:
+    seq: int
+    id: str
+    content: str | None
+    meta: dict[str, Any]
+    embedding: np.ndarray | None
+
+
+@dataclass
+class DenseBlock:
+    positions: np.ndarray  # rows of the segment that have an embedding of this dimension
+    matrix: np.ndarray  # float32 (len(positions), dim), unit rows when similarity is cosine
+
+
+@dataclass
+class Segment:
+    seqs: np.ndarray
+    ids: list[str]
+    metas: list[dict[str, Any]]
+    alive: np.ndarray
+    tf: sparse.csc_matrix
+    doc_len: np.ndarray
+    weights: np.ndarray
+    dense: dict[int, DenseBlock]
+    filter_masks: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict)
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+
+class SearchIndex:
+    """BM25 and dense search over segments; not thread-safe (the store serialises access)."""
+
+    def __init__(self, *, k1: float, b: float, similarity: str) -> None:
+        self.k1 = k1
+        self.b = b
+        self.similarity = similarity
+        self.vocab: dict[str, int] = {}
+        self.segments: list[Segment] = []
+        self._df = np.zeros(0, dtype=np.int64)
+        self._indexed_docs = 0
+        self._indexed_len = 0.0
+
+    @property
+    def live_count(self) -> int:
+        return int(sum(int(s.alive.sum()) for s in self.segments))
+
+    # ---- updates -------------------------------------------------------------------------------------------
+
+    def add(self, rows: list[IndexedRow]) -> None:
+        if not rows:
+            return
+        segment = self._build_segment(rows)
+        self.segments.append(segment)
+        self._maybe_merge()
+
+    def delete(self, seqs: Sequence[int]) -> None:
+        if not len(seqs):
+            return
+        wanted = np.asarray(seqs, dtype=np.int64)
+        for segment in self.segments:
+            idx = np.searchsorted(segment.seqs, wanted)
+            inside = idx < segment.size
+            idx = idx[inside]
+            hits = idx[segment.seqs[idx] == wanted[inside]]
+            segment.alive[hits] = False
+        self._maybe_merge()
+
+    def _build_segment(self, rows: list[IndexedRow]) -> Segment:
+        vocab = self.vocab
+        term_ids: list[int] = []
+        doc_rows: list[int] = []
+        doc_len = np.zeros(len(rows), dtype=np.float32)
+        for i, row in enumerate(rows):
+            ids = [vocab.setdefault(token, len(vocab)) for token in tokenize(row.content)]
+            term_ids.extend(ids)
+            doc_rows.extend([i] * len(ids))
+            doc_len[i] = len(ids)
+        tf = sparse.csc_matrix(
+            (np.ones(len(term_ids), dtype=np.float32), (np.asarray(doc_rows), np.asarray(term_ids))),
+            shape=(len(rows), len(vocab)),
+            dtype=np.float32,
+        )
+        tf.sum_duplicates()
+        segment = Segment(
+            seqs=np.asarray([r.seq for r in rows], dtype=np.int64),
+            ids=[r.id for r in rows],
+            metas=[r.meta for r in rows],
+            alive=np.ones(len(rows), dtype=bool),
+            tf=tf,
+            doc_len=doc_len,
+            weights=np.zeros(0, dtype=np.float32),
+            dense=self._dense_blocks([r.embedding for r in rows]),
+        )
+        self._count_stats(segment, sign=1)
+        self._reweight(segment)
+        return segment
+
+    def _dense_blocks(self, embeddings: list[np.ndarray | None]) -> dict[int, DenseBlock]:
+        by_dim: dict[int, list[int]] = {}
+        for pos, emb in enumerate(embeddings):
+            if emb is not None and emb.size:
+                by_dim.setdefault(int(emb.size), []).append(pos)
+        blocks = {}
+        for dim, positions in by_dim.items():
+            matrix = np.stack([embeddings[p] for p in positions]).astype(np.float32, copy=False)
+            if self.similarity == "cosine":
+                norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+                matrix = matrix / np.where(norms == 0, 1.0, norms)
+            blocks[dim] = DenseBlock(positions=np.asarray(positions, dtype=np.int64), matrix=matrix)
+        return blocks
+
+    def _count_stats(self, segment: Segment, sign: int) -> None:
+        n_terms = segment.tf.shape[1]
+        if len(self._df) < len(self.vocab):
+            self._df = np.concatenate([self._df, np.zeros(len(self.vocab) - len(self._df), dtype=np.int64)])
+        self._df[:n_terms] += sign * np.diff(segment.tf.indptr)
+        self._indexed_docs += sign * segment.size
+        self._indexed_len += sign * float(segment.doc_len.sum())
+
+    def _reweight(self, segment: Segment) -> None:
+        avgdl = self._indexed_len / self._indexed_docs if self._indexed_docs else 1.0
+        norm = self.k1 * (1.0 - self.b + self.b * segment.doc_len / max(avgdl, 1e-9))
+        tf = segment.tf.data
+        segment.weights = (tf * (self.k1 + 1.0) / (tf + norm[segment.tf.indices])).astype(np.float32)
+
+    def _maybe_merge(self) -> None:
+        total = sum(s.size for s in self.segments)
+        dead = total - self.live_count
+        if total and dead / total > MAX_DEAD_FRACTION:
+            self._merge(list(self.segments))
+        elif len(self.segments) > MAX_SEGMENTS:
+            # Merge the small segments; fold the largest in only when it would not dominate the result.
+            ordered = sorted(self.segments, key=lambda s: s.size)
+            small, largest = ordered[:-1], ordered[-1]
+            self._merge(ordered if sum(s.size for s in small) >= largest.size else small)
+
+    def _merge(self, chosen: list[Segment]) -> None:
+        chosen = sorted(chosen, key=lambda s: int(s.seqs[0]) if s.size else 0)
+        keep = [s for s in self.segments if all(s is not c for c in chosen)]
+        for segment in chosen:
+            self._count_stats(segment, sign=-1)
+        n_terms = len(self.vocab)
+        parts = []
+        for segment in chosen:
+            tf = segment.tf.copy()
+            tf.resize((segment.size, n_terms))
+            parts.append(tf.tocsr()[np.flatnonzero(segment.alive)])
+        alive_pos = [np.flatnonzero(s.alive) for s in chosen]
+        embeddings: list[np.ndarray | None] = []
+        for segment, positions in zip(chosen, alive_pos, strict=True):
+            by_pos: dict[int, np.ndarray] = {}
+            for block in segment.dense.values():
+                for row, pos in enumerate(block.positions):
+                    by_pos[int(pos)] = block.matrix[row]
+            embeddings.extend(by_pos.get(int(p)) for p in positions)
+        merged = Segment(
+            seqs=np.concatenate([s.seqs[p] for s, p in zip(chosen, alive_pos, strict=True)]),
+            ids=[s.ids[i] for s, p in zip(chosen, alive_pos, strict=True) for i in p],
+            metas=[s.metas[i] for s, p in zip(chosen, alive_pos, strict=True) for i in p],
+            alive=np.ones(sum(len(p) for p in alive_pos), dtype=bool),
+            tf=sparse.vstack(parts, format="csc", dtype=np.float32) if parts else sparse.csc_matrix((0, n_terms)),
+            doc_len=np.concatenate([s.doc_len[p] for s, p in zip(chosen, alive_pos, strict=True)]),
+            weights=np.zeros(0, dtype=np.float32),
+            # Already-normalised rows stay unit rows, so re-normalising is harmless.
+            dense=self._dense_blocks(embeddings),
+        )
+        merged.tf.sort_indices()
+        self._count_stats(merged, sign=1)
+        self.segments = sorted([*keep, merged], key=lambda s: int(s.seqs[0]) if s.size else 0)
+        self.segments = [s for s in self.segments if s.size]
+        for segment in self.segments:
+            self._reweight(segment)
+
+    # ---- queries -------------------------------------------------------------------------------------------
+
+    def matching(self, filters: dict[str, Any] | None, load_fields: FieldLoader) -> list[tuple[Segment, np.ndarray]]:
+        """Alive documents matching `filters`, as (segment, positions) pairs."""
+        return [(s, np.flatnonzero(self._mask(s, filters, load_fields))) for s in self.segments]
+
+    def matching_seqs(self, filters: dict[str, Any] | None, load_fields: FieldLoader) -> np.ndarray:
+        parts = [s.seqs[p] for s, p in self.matching(filters, load_fields)]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+    def bm25(
+        self, query: str, *, top_k: int, filters: dict[str, Any] | None, load_fields: FieldLoader
+    ) -> list[tuple[int, float]]:
+        """Top documents by BM25 (OR over the query terms) as (seq, score), best first."""
+        known = sorted({self.vocab[t] for t in tokenize(query) if t in self.vocab})
+        if not known or not self._indexed_docs:
+            return []
+        df = self._df[known].astype(np.float64)
+        idf = np.log1p((self._indexed_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
+        candidates: list[tuple[int, float]] = []
+        for segment in self.segments:
+            indptr = segment.tf.indptr
+            rows_parts, weight_parts = [], []
+            for term, term_idf in zip(known, idf, strict=True):
+                if term + 1 >= len(indptr):
+                    continue
+                start, end = indptr[term], indptr[term + 1]
+                if start != end:
+                    rows_parts.append(segment.tf.indices[start:end])
+                    weight_parts.append(segment.weights[start:end] * term_idf)
+            if not rows_parts:
+                continue
+            scores = np.bincount(
+                np.concatenate(rows_parts), weights=np.concatenate(weight_parts), minlength=segment.size
+            )
+            hits = np.flatnonzero(scores)
+            hits = hits[self._mask(segment, filters, load_fields)[hits]]
+            candidates.extend(_top(segment.seqs[hits], scores[hits], top_k))
+        return sorted(candidates, key=lambda c: -c[1])[:top_k]
+
+    def dense(
+        self, query_embedding: Sequence[float], *, top_k: int, filters: dict[str, Any] | None, load_fields: FieldLoader
+    ) -> list[tuple[int, float]]:
+        """Top documents by dot product or cosine similarity as (seq, score), best first."""
+        query = np.asarray(query_embedding, dtype=np.float32)
+        if self.similarity == "cosine":
+            norm = float(np.linalg.norm(query))
+            query = query / (norm or 1.0)
+        candidates: list[tuple[int, float]] = []
+        for segment in self.segments:
+            block = segment.dense.get(int(query.size))
+            if block is None:
+                continue
+            usable = self._mask(segment, filters, load_fields)[block.positions]
+            if not usable.any():
+                continue
+            scores = block.matrix @ query
+            positions = block.positions[usable]
+            candidates.extend(_top(segment.seqs[positions], scores[usable], top_k))
+        return sorted(candidates, key=lambda c: -c[1])[:top_k]
+
+    def _mask(self, segment: Segment, filters: dict[str, Any] | None, load_fields: FieldLoader) -> np.ndarray:
+        if not filters:
+            return segment.alive
+        key = json.dumps(filters, sort_keys=True, default=str)
+        mask = segment.filter_masks.get(key)
+        if mask is None:
+            mask = _evaluate(segment, filters, load_fields)
+            segment.filter_masks[key] = mask
+            while len(segment.filter_masks) > FILTER_CACHE_SIZE:
+                segment.filter_masks.popitem(last=False)
+        else:
+            segment.filter_masks.move_to_end(key)
+        return mask & segment.alive
+
+
+def _evaluate(segment: Segment, filters: dict[str, Any], load_fields: FieldLoader) -> np.ndarray:
+    predicate = compile_filters(filters)
+    other_fields = referenced_fields(filters) - {"id", "meta"}
+    extras = load_fields(segment.seqs.tolist(), other_fields) if other_fields else None
+    records = (
+        StoredRecord(id=doc_id, meta=meta, extra=extras[i] if extras else {})
+        for i, (doc_id, meta) in enumerate(zip(segment.ids, segment.metas, strict=True))
+    )
+    return np.fromiter((predicate(r) for r in records), dtype=bool, count=segment.size)
+
+
+def _top(seqs: np.ndarray, scores: np.ndarray, top_k: int) -> list[tuple[int, float]]:
+    if len(scores) > top_k:
+        best = np.argpartition(scores, -top_k)[-top_k:]
+        seqs, scores = seqs[best], scores[best]
+    return [(int(s), float(v)) for s, v in zip(seqs, scores, strict=True)]
