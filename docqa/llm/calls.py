@@ -59,7 +59,7 @@ def _unavailable_reason(exc: Exception) -> str | None:
     if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
         return "rejected the API key"
     if isinstance(exc, openai.NotFoundError):
-        return "does not serve the model (or the base URL lacks /v1)"
+        return "does not serve the model (or its base URL lacks /v1)"
     if isinstance(exc, openai.RateLimitError):
         return "is rate limiting"
     if isinstance(exc, openai.InternalServerError):
@@ -96,9 +96,9 @@ def _run_generator(
             raise
         reason = _unavailable_reason(exc)
         if reason is not None:
-            endpoint = getattr(generator, "api_base_url", None) or "LLM endpoint"
+            endpoint = getattr(generator, "api_base_url", None) or "no URL"
             raise LLMUnavailableError(
-                f"LLM endpoint {endpoint} {reason}: {type(exc).__name__}: {_one_line(exc)}"
+                f"LLM endpoint {reason} ({endpoint}): {type(exc).__name__}: {_one_line(exc)}"
             ) from exc
         truncated = _truncated_completion(exc)
         if truncated is None:

@@ -81,16 +81,16 @@ def check_llm_endpoint(settings: Settings, role: str) -> None:
         response = httpx.get(url, headers=headers, timeout=min(_CHECK_TIMEOUT_S, settings.llm_timeout_s))
     except httpx.HTTPError as exc:
         raise LLMUnavailableError(
-            f"LLM endpoint {base_url} (role {role}) is unreachable: {type(exc).__name__}: {_one_line(exc)}"
+            f"LLM endpoint unreachable ({base_url}, role {role}): {type(exc).__name__}: {_one_line(exc)}"
         ) from exc
     if response.status_code in (401, 403):
         raise LLMUnavailableError(
-            f"LLM endpoint {base_url} (role {role}) rejected the API key (HTTP {response.status_code})"
+            f"LLM endpoint rejected the API key ({base_url}, role {role}): HTTP {response.status_code}"
         )
     # Some compatible servers do not implement /models (404): they answered, so they are reachable.
     if response.status_code >= 500:
         raise LLMUnavailableError(
-            f"LLM endpoint {base_url} (role {role}) answered HTTP {response.status_code}"
+            f"LLM endpoint failed ({base_url}, role {role}): HTTP {response.status_code}"
         )
 
 
