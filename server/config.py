@@ -20,6 +20,8 @@ class ServerSettings(Settings):
     server_workers: int = Field(default=2, ge=1, le=64)
     # Worker timeout in gunicorn: a worker silent for longer is restarted. Above the query timeout.
     server_worker_timeout_s: int = Field(default=360, ge=10)
+    # Run the Alembic migrations when gunicorn starts; turn off where a separate step migrates (compose).
+    server_migrate_on_start: bool = True
 
     # Request body limits: JSON endpoints stay small; uploads may reach the ingestion file limit.
     max_json_bytes: int = Field(default=256 * 1024, ge=1024)

@@ -233,6 +233,48 @@ class TestLimits:
         assert (response.status_code, response.json()["error"]["code"]) == (504, "timeout")
 
 
+class TestTraces:
+    def test_auditor_lists_filters_and_reads_own_tenant_traces(self, server):
+        client, keys = server
+        trace_id = ask(client, keys["alice"], question="Where is the Eiffel tower?").json()["trace_id"]
+        ask(client, keys["bob"])
+        auditor = auth(keys["audrey"])
+        everything = client.get("/v1/traces", headers=auditor).json()
+        assert everything["total"] == 2
+        by_alice = client.get("/v1/traces", params={"user": "alice"}, headers=auditor).json()
+        assert [t["id"] for t in by_alice["traces"]] == [trace_id]
+        by_text = client.get("/v1/traces", params={"text": "eiffel"}, headers=auditor).json()
+        assert [t["id"] for t in by_text["traces"]] == [trace_id]
+        assert client.get("/v1/traces", params={"status": "failed"}, headers=auditor).json()["total"] == 0
+        trace = client.get(f"/v1/traces/{trace_id}", headers=auditor).json()
+        assert trace["asked_by"] == "alice"
+        assert trace["config"]["selection"] == {"mode": "explicit", "pipeline": "no_retrieval"}
+        assert [s["kind"] for s in trace["steps"]] == ["generation"]
+
+    def test_other_tenant_trace_is_404_and_invisible(self, server):
+        client, keys = server
+        trace_id = ask(client, keys["alice"]).json()["trace_id"]
+        other = auth(keys["zaudit"])
+        response = client.get(f"/v1/traces/{trace_id}", headers=other)
+        assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")
+        assert client.get("/v1/traces", headers=other).json()["total"] == 0
+        assert client.get("/v1/traces/export", headers=other).text == ""
+
+    @pytest.mark.parametrize("user", ["alice", "root"])
+    def test_only_auditors_read_traces(self, server, user):
+        client, keys = server
+        assert client.get("/v1/traces", headers=auth(keys[user])).status_code == 403
+
+    def test_export_and_verify(self, server):
+        client, keys = server
+        ids = [ask(client, keys["alice"]).json()["trace_id"] for _ in range(2)]
+        lines = client.get("/v1/traces/export", headers=auth(keys["audrey"])).text.splitlines()
+        assert [json.loads(line)["trace"]["id"] for line in lines] == ids
+        report = client.post("/v1/traces/verify", headers=auth(keys["audrey"])).json()
+        assert report["ok"] is True
+        assert report["checked"] == 2
+
+
 class TestOpenAICompatible:
     def test_models_lists_pipelines_and_auto(self, server):
         client, keys = server

@@ -1,0 +1,105 @@
+"""Auditor endpoints: list and filter traces, read one with its steps, export, verify the chain.
+
+Auditors see their own tenant only; a trace of another tenant is a 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from docqa.server.api_errors import COMMON_ERROR_RESPONSES, NotFound
+from docqa.server.audit.keys import hmac_key
+from docqa.server.audit.verify import verify_chain
+from docqa.server.auth import AuditorCaller, ContextDep
+from docqa.server.context import ServerContext
+from docqa.server.trace_queries import TraceFilter, export_lines, list_traces, read_trace
+
+router = APIRouter(prefix="/v1/traces", tags=["audit"], responses=COMMON_ERROR_RESPONSES)
+
+
+class TracePage(BaseModel):
+    total: int
+    limit: int
+    offset: int
+    traces: list[dict[str, Any]]
+
+
+class VerifyOut(BaseModel):
+    ok: bool
+    checked: int
+    start_seq: int
+    head_seq: int
+    head_mac: str
+    broken: dict[str, Any] | None
+    notes: list[str]
+
+
+Text = Annotated[str | None, Query(max_length=200)]
+
+
+def _filter(caller_tenant: str, user: str | None, pipeline: str | None, status: str | None,
+            since: datetime | None, until: datetime | None, text: str | None) -> TraceFilter:
+    return TraceFilter(tenant=caller_tenant, asked_by=user, pipeline=pipeline, status=status, since=since,
+                       until=until, text=text)
+
+
+@router.get("", response_model=TracePage, summary="List traces of the auditor's tenant, newest first")
+def get_traces(
+    caller: AuditorCaller,
+    context: ContextDep,
+    user: Text = None,
+    pipeline: Text = None,
+    status: Literal["completed", "failed"] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    text: Text = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+) -> TracePage:
+    where = _filter(caller.tenant, user, pipeline, status, since, until, text)
+    with context.sessions() as session:
+        total, traces = list_traces(session, where, limit, offset)
+    return TracePage(total=total, limit=limit, offset=offset, traces=traces)
+
+
+@router.get("/export", summary="Export traces with chain proofs as JSON Lines",
+            responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}}})
+def export_traces(
+    caller: AuditorCaller,
+    context: ContextDep,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> StreamingResponse:
+    where = _filter(caller.tenant, None, None, None, since, until, None)
+    return StreamingResponse(_export(context, where), media_type="application/x-ndjson")
+
+
+def _export(context: ServerContext, where: TraceFilter) -> Iterator[bytes]:
+    with context.sessions() as session:
+        yield from export_lines(session, where)
+
+
+@router.post("/verify", response_model=VerifyOut, summary="Recompute the whole hash chain")
+def verify(caller: AuditorCaller, context: ContextDep) -> VerifyOut:
+    with context.sessions() as session:
+        report = verify_chain(session, hmac_key(context.settings)).to_dict()
+        broken = report.get("broken")
+        if broken and broken.get("trace_id") and read_trace(session, caller.tenant, broken["trace_id"]) is None:
+            # The chain spans tenants; never name another tenant's trace.
+            broken["trace_id"] = None
+    return VerifyOut(**report)
+
+
+@router.get("/{trace_id}", summary="One trace with all its steps and its chain link")
+def get_trace(trace_id: str, caller: AuditorCaller, context: ContextDep) -> dict[str, Any]:
+    with context.sessions() as session:
+        trace = read_trace(session, caller.tenant, trace_id)
+    if trace is None:
+        raise NotFound("trace")
+    return trace

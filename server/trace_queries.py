@@ -1,0 +1,100 @@
+"""Reading the audit trail for auditors, always within one tenant: list with filters, read one, export.
+
+Usage:
+    with context.sessions() as session:
+        page = list_traces(session, TraceFilter(tenant="acme", asked_by="alice"), limit=50)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, func, or_, select
+from sqlalchemy.orm import Session
+
+from docqa.server.audit.canonical import format_timestamp, step_payload, trace_payload
+from docqa.server.audit.export import export_line
+from docqa.server.audit.models import AuditTrace
+
+
+@dataclass(frozen=True)
+class TraceFilter:
+    tenant: str
+    asked_by: str | None = None
+    pipeline: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    text: str | None = None
+
+    def apply(self, query: Select[Any]) -> Select[Any]:
+        query = query.where(AuditTrace.tenant == self.tenant)
+        if self.asked_by:
+            query = query.where(AuditTrace.asked_by == self.asked_by)
+        if self.pipeline:
+            query = query.where(AuditTrace.pipeline == self.pipeline)
+        if self.status:
+            query = query.where(AuditTrace.status == self.status)
+        if self.since:
+            query = query.where(AuditTrace.asked_at >= self.since)
+        if self.until:
+            query = query.where(AuditTrace.asked_at < self.until)
+        if self.text:
+            # Escape LIKE wildcards so the text is matched literally.
+            pattern = "%" + self.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            query = query.where(or_(AuditTrace.question.ilike(pattern, escape="\\"),
+                                    AuditTrace.answer.ilike(pattern, escape="\\")))
+        return query
+
+
+def summary(trace: AuditTrace) -> dict[str, Any]:
+    return {
+        "id": trace.id,
+        "seq": trace.seq,
+        "asked_by": trace.asked_by,
+        "tenant": trace.tenant,
+        "asked_at": format_timestamp(trace.asked_at),
+        "pipeline": trace.pipeline,
+        "status": trace.status,
+        "question": trace.question,
+        "answer": trace.answer,
+        "stop_reason": trace.stop_reason,
+        "error": trace.error,
+        "totals": trace.totals,
+    }
+
+
+def list_traces(session: Session, where: TraceFilter, limit: int, offset: int) -> tuple[int, list[dict[str, Any]]]:
+    """(total matching, one page of summaries, newest first)."""
+    total = session.scalar(where.apply(select(func.count()).select_from(AuditTrace))) or 0
+    query = where.apply(select(AuditTrace)).order_by(AuditTrace.seq.desc()).limit(limit).offset(offset)
+    return total, [summary(t) for t in session.scalars(query)]
+
+
+def read_trace(session: Session, tenant: str, trace_id: str) -> dict[str, Any] | None:
+    """The full trace with its steps and chain link, or None (also when it belongs to another tenant)."""
+    trace = session.get(AuditTrace, trace_id)
+    if trace is None or trace.tenant != tenant:
+        return None
+    return {
+        **trace_payload(trace),
+        "steps": [step_payload(s) for s in trace.steps],
+        "proof": {"seq": trace.seq, "prev_mac": trace.prev_mac, "mac": trace.mac},
+    }
+
+
+def export_lines(session: Session, where: TraceFilter, batch: int = 200) -> Iterator[bytes]:
+    """JSON Lines with chain proofs (see `docqa.server.audit.export`) of the tenant's traces, in chain order."""
+    last = 0
+    while True:
+        query = where.apply(select(AuditTrace)).where(AuditTrace.seq > last).order_by(AuditTrace.seq).limit(batch)
+        rows = list(session.scalars(query))
+        if not rows:
+            return
+        for trace in rows:
+            yield export_line(trace)
+        last = rows[-1].seq
+        session.expunge_all()

@@ -1,0 +1,176 @@
+"""A loopback OpenAI-compatible chat server with scripted answers (tests and benchmarks only).
+
+It runs as a real HTTP server process, so the server under test uses exactly the production client path
+(Haystack's OpenAIChatGenerator over HTTP). Answers:
+- requests with a JSON-schema `response_format` get the smallest object valid for the schema (first enum
+  values, so Yes/No judges say "Yes" and loops end);
+- other requests get `--answer` in `fixed` mode, or in `echo` mode the answer followed by the whole prompt,
+  so anything retrieval put into a prompt shows up in the answer (what access-control tests look for).
+
+    python tests/support/scripted_openai_server.py --port 0 --mode echo   # prints "listening on http://..."
+
+Usage from a test:
+    with scripted_openai_server(mode="echo") as base_url:   # e.g. http://127.0.0.1:41234/v1
+        ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODEL = "scripted"
+
+
+def value_for(schema: dict[str, Any]) -> Any:
+    """The smallest value valid for a (simple) JSON schema."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        props = schema.get("properties", {})
+        return {name: value_for(props.get(name, {})) for name in schema.get("required", list(props))}
+    if kind == "array":
+        return [value_for(schema.get("items", {})) for _ in range(schema.get("minItems", 0))]
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 0)
+    if kind == "boolean":
+        return False
+    if kind == "null":
+        return None
+    return "n/a"
+
+
+def answer_for(request: dict[str, Any], mode: str, answer: str) -> str:
+    response_format = request.get("response_format") or {}
+    if response_format.get("type") == "json_schema":
+        return json.dumps(value_for(response_format.get("json_schema", {}).get("schema", {})))
+    if response_format.get("type") == "json_object":
+        return "{}"
+    if mode == "fixed":
+        return answer
+    prompt = "\n".join(_text(m.get("content")) for m in request.get("messages", []))
+    return f"{answer}\n{prompt}"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def make_handler(mode: str, answer: str, delay_s: float) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *_args: Any) -> None:  # quiet: tests read stdout for the address only
+            pass
+
+        def _send_json(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/").endswith("/models"):
+                self._send_json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0,
+                                                                  "owned_by": "tests"}]})
+            else:
+                self._send_json(404, {"error": {"message": "not found"}})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                request = json.loads(self.rfile.read(length) or b"{}")
+            except json.JSONDecodeError:
+                self._send_json(400, {"error": {"message": "invalid JSON"}})
+                return
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._send_json(404, {"error": {"message": "not found"}})
+                return
+            if delay_s:
+                time.sleep(delay_s)
+            text = answer_for(request, mode, answer)
+            prompt_chars = sum(len(_text(m.get("content"))) for m in request.get("messages", []))
+            usage = {"prompt_tokens": max(1, prompt_chars // 4), "completion_tokens": max(1, len(text) // 4)}
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
+                    "model": request.get("model") or MODEL}
+            if request.get("stream"):
+                self._stream(base, text, usage)
+                return
+            self._send_json(200, {**base, "object": "chat.completion", "usage": usage, "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
+                 "logprobs": None}]})
+
+        def _stream(self, base: dict[str, Any], text: str, usage: dict[str, int]) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            pieces = [text[i : i + 32] for i in range(0, len(text), 32)] or [""]
+            for index, piece in enumerate(pieces):
+                delta = {"content": piece, **({"role": "assistant"} if index == 0 else {})}
+                chunk = {**base, "object": "chat.completion.chunk",
+                         "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            final = {**base, "object": "chat.completion.chunk", "usage": usage,
+                     "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+            self.close_connection = True
+
+    return Handler
+
+
+@contextmanager
+def scripted_openai_server(mode: str = "echo", answer: str = "Scripted answer.", delay_ms: int = 0) -> Iterator[str]:
+    """Run the server in a child process on a free loopback port; yields its `/v1` base URL."""
+    process = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--port", "0", "--mode", mode, "--answer", answer,
+         "--delay-ms", str(delay_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"scripted OpenAI server did not start: {line!r}")
+        yield line.split()[-1] + "/v1"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--mode", choices=["echo", "fixed"], default="echo")
+    parser.add_argument("--answer", default="Scripted answer.")
+    parser.add_argument("--delay-ms", type=int, default=0, dest="delay_ms")
+    args = parser.parse_args()
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(args.mode, args.answer, args.delay_ms / 1000))
+    server.daemon_threads = True
+    print(f"listening on http://{args.host}:{server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
