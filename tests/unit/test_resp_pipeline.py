@@ -1,0 +1,294 @@
+"""Control flow of the ReSP driver loop with a scripted LLM and a filter-honouring keyword retriever."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from haystack.dataclasses import ChatMessage
+
+from docqa.access import AccessScope, restrict
+from docqa.errors import InvalidQuestionError
+from docqa.pipelines import resp
+from docqa.pipelines.registry import available_pipelines
+from tests.support.resp_fakes import GENERATE, GLOBAL, JUDGE, LOCAL, PLAN, KeywordRetriever, build, doc, steps_of
+from tests.support.scripted_chat import ScriptedChatGenerator
+
+SCOPE = AccessScope("acme", frozenset({"alice"}))
+
+
+def _prompts(llm: ScriptedChatGenerator, pattern: str) -> list[str]:
+    import re
+
+    return [call["prompt"] for call in llm.calls if re.search(pattern, call["prompt"], re.DOTALL)]
+
+
+class TestOverPlanning:
+    """The paper's "Twisted Fortune" case: the first retrieval already answers, so the loop must stop there."""
+
+    def setup_method(self) -> None:
+        self.retriever = KeywordRetriever([
+            doc("tf", "Twisted Fortune is a 1997 film directed by Lena Hart.", "Twisted Fortune"),
+            doc("lh", "Lena Hart is an American film director born in Ohio.", "Lena Hart"),
+        ])
+        self.llm = ScriptedChatGenerator(rules=[
+            (JUDGE, '{"answer": "Yes"}'),
+            (PLAN, "Where was Lena Hart born?"),
+            (GLOBAL, "Twisted Fortune was directed by Lena Hart, an American director. [DONE]"),
+            (GENERATE, "American"),
+        ])
+
+    def test_stops_on_the_first_yes(self) -> None:
+        result = build(self.llm, self.retriever).run("What nationality is the director of Twisted Fortune?", SCOPE)
+
+        assert result.stop_reason == resp.STOP_JUDGED_SUFFICIENT
+        assert result.answer == "American"
+        assert [call["query"] for call in self.retriever.calls] == [
+            "What nationality is the director of Twisted Fortune?"
+        ]
+        assert steps_of(result, "plan") == []
+        assert _prompts(self.llm, PLAN) == []
+        assert [s.outputs["verdict"] for s in steps_of(result, "judgement")] == ["yes"]
+
+    def test_records_every_step_in_order(self) -> None:
+        pipeline = build(self.llm, self.retriever, top_k=2)
+        result = pipeline.run("What nationality is the director of Twisted Fortune?", SCOPE)
+
+        assert [(s.kind, s.name) for s in result.steps] == [
+            ("retrieval", "hybrid_retriever"),
+            ("summary", "global_evidence"),
+            ("judgement", "resp_reasoner.judge"),
+            ("generation", "memory_answer_generator"),
+        ]
+        retrieved = result.steps[0].outputs["documents"]
+        assert {d["id"] for d in retrieved} == {"tf", "lh"}
+        assert all(isinstance(d["score"], float) for d in retrieved)
+        assert result.steps[1].outputs["global_evidence"]["summary"].startswith("Twisted Fortune was directed")
+        assert result.totals.llm_calls == 3 == len(self.llm.calls)
+        assert all(s.outputs["llm_calls"] for s in result.steps[1:])
+
+
+class TestRepetitivePlanning:
+    """The paper's "Rachelle Amy Beinart" case: the planner keeps asking what was already asked."""
+
+    QUESTION = "In which city was the martial arts school of Rachelle Amy Beinart founded?"
+
+    def setup_method(self) -> None:
+        self.retriever = KeywordRetriever([
+            doc("rab", "Rachelle Amy Beinart is an actress who trained in taekwondo at the Jhoon Rhee school.",
+                "Rachelle Amy Beinart"),
+            doc("jr", "The Jhoon Rhee school of taekwondo was founded in Washington.", "Jhoon Rhee"),
+            doc("tk", "Taekwondo is a Korean martial art.", "Taekwondo"),
+        ])
+
+    def test_never_retrieves_the_same_sub_question_twice(self) -> None:
+        llm = ScriptedChatGenerator(rules=[
+            (JUDGE, "No"),
+            (PLAN, ["Where was the Jhoon Rhee school founded?",
+                    "Where was the Jhoon Rhee school founded?",
+                    "where was Jhoon Rhee school founded"]),
+            (GLOBAL, "Rachelle Amy Beinart trained in taekwondo. [DONE]"),
+            (LOCAL, "Yes, the Jhoon Rhee school."),
+            (GENERATE, "Washington"),
+        ])
+        result = build(llm, self.retriever, max_iterations=6).run(self.QUESTION, SCOPE)
+
+        queries = [call["query"] for call in self.retriever.calls]
+        assert queries == [self.QUESTION, "Where was the Jhoon Rhee school founded?"]
+        assert result.stop_reason == resp.STOP_REPEATED_PLAN
+        last_plans = steps_of(result, "plan")[-2:]
+        assert [s.inputs["attempt"] for s in last_plans] == [1, 2]
+        assert all(s.outputs["repeat_check"]["repeated"] for s in last_plans)
+        # The re-plan quotes the refused sub-question back to the model.
+        assert "repeats one already retrieved" in _prompts(llm, PLAN)[-1]
+        assert result.answer == "Washington"
+
+    def test_a_replan_that_is_new_continues_the_loop(self) -> None:
+        llm = ScriptedChatGenerator(rules=[
+            (JUDGE, ["No", "Yes"]),
+            (PLAN, [self.QUESTION, "Where was the Jhoon Rhee school founded?"]),
+            (GLOBAL, "Beinart trained at the Jhoon Rhee school. [DONE]"),
+            (LOCAL, "Yes, Washington."),
+            (GENERATE, "Washington"),
+        ])
+        result = build(llm, self.retriever).run(self.QUESTION, SCOPE)
+
+        assert [c["query"] for c in self.retriever.calls] == [self.QUESTION, "Where was the Jhoon Rhee school founded?"]
+        plans = steps_of(result, "plan")
+        assert [s.outputs["accepted"] for s in plans] == [False, True]
+        assert plans[0].outputs["repeat_check"]["method"] == "text"
+
+    def test_an_unusable_plan_is_retried_once_then_stops(self) -> None:
+        llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, ["", "[Your thought]:"]), (GLOBAL, "x [DONE]")],
+                                    default="Washington")
+        result = build(llm, self.retriever).run(self.QUESTION, SCOPE)
+
+        assert result.stop_reason == resp.STOP_NO_PLAN
+        assert len(self.retriever.calls) == 1
+        assert len(steps_of(result, "plan")) == 2
+
+
+class TestIterationLimit:
+    def setup_method(self) -> None:
+        self.retriever = KeywordRetriever([doc(f"d{i}", f"fact{i} about topic{i} alpha", f"T{i}") for i in range(8)])
+        counter = iter(range(1, 100))
+        self.llm = ScriptedChatGenerator(rules=[
+            (JUDGE, "No"),
+            (PLAN, lambda _prompt: f"What is topic{next(counter)}?"),
+            (GLOBAL, "alpha facts [DONE]"),
+            (LOCAL, "No"),
+            (GENERATE, "unknown"),
+        ])
+
+    @pytest.mark.parametrize("max_iterations", [1, 2, 3])
+    def test_stops_at_m(self, max_iterations: int) -> None:
+        result = build(self.llm, self.retriever, max_iterations=max_iterations, top_k=1).run(
+            "Which alpha topic matters?", SCOPE)
+
+        assert result.stop_reason == resp.STOP_MAX_ITERATIONS
+        assert len(self.retriever.calls) == max_iterations
+        # The last iteration's judgement could not change the outcome, so it is skipped.
+        assert len(steps_of(result, "judgement")) == max_iterations - 1
+        assert len(steps_of(result, "plan")) == max_iterations - 1
+        assert len(steps_of(result, "generation")) == 1
+
+    def test_unreadable_judgements_do_not_loop_past_m(self) -> None:
+        llm = ScriptedChatGenerator(rules=[(JUDGE, "maybe??"), (PLAN, ["What is topic1?", "What is topic2?"])],
+                                    default="alpha [DONE]")
+        result = build(llm, self.retriever, max_iterations=3, top_k=1).run("Which alpha topic matters?", SCOPE)
+
+        assert result.stop_reason == resp.STOP_MAX_ITERATIONS
+        assert [s.outputs["verdict"] for s in steps_of(result, "judgement")] == ["unreadable", "unreadable"]
+
+
+class TestMemories:
+    QUESTION = "Where was the director of Glass Harbor born?"
+
+    def setup_method(self) -> None:
+        self.retriever = KeywordRetriever([
+            doc("gh", "Glass Harbor is a film by the director Omar Vance. ZEBRA-7 raw passage text.", "Glass Harbor"),
+            doc("ov", "Omar Vance was born in Lisbon in 1950. QUOKKA-9 raw passage text.", "Omar Vance"),
+        ])
+        self.llm = ScriptedChatGenerator(rules=[
+            (JUDGE, ["No", "Yes"]),
+            (PLAN, "Where was Omar Vance born?"),
+            (GLOBAL, ["Response: Glass Harbor was directed by Omar Vance. [DONE] trailing junk",
+                      "Omar Vance was born in Lisbon. [DONE]"]),
+            (LOCAL, "Yes, in Lisbon."),
+            (GENERATE, "Answer: Lisbon\nbecause the memory says so"),
+        ])
+
+    def test_generator_sees_the_memories_not_the_documents(self) -> None:
+        result = build(self.llm, self.retriever).run(self.QUESTION, SCOPE)
+
+        [prompt] = _prompts(self.llm, GENERATE)
+        assert "Glass Harbor was directed by Omar Vance." in prompt
+        assert "Omar Vance was born in Lisbon." in prompt
+        assert "Where was Omar Vance born? Answer: in Lisbon." in prompt
+        assert "ZEBRA-7" not in prompt and "QUOKKA-9" not in prompt
+        assert "trailing junk" not in prompt and "Response:" not in prompt
+        assert result.answer == "Lisbon"
+        assert result.stop_reason == resp.STOP_JUDGED_SUFFICIENT
+
+    def test_second_iteration_writes_both_memories_and_the_judge_sees_them(self) -> None:
+        result = build(self.llm, self.retriever).run(self.QUESTION, SCOPE)
+
+        summaries = steps_of(result, "summary")
+        assert sorted(s.name for s in summaries) == ["global_evidence", "global_evidence", "local_pathway"]
+        entry = next(s for s in summaries if s.name == "local_pathway").outputs["pathway_entry"]
+        assert entry == {"iteration": 2, "sub_question": "Where was Omar Vance born?", "answered": True,
+                         "answer": "in Lisbon.", "document_ids": ["ov"]}
+        judge_prompt = _prompts(self.llm, JUDGE)[-1]
+        assert "Where was Omar Vance born? Answer: in Lisbon." in judge_prompt
+        assert "QUOKKA-9" not in judge_prompt
+        assert {c.document_id for c in result.citations} == {"gh", "ov"}
+
+    def test_no_new_evidence_stops_the_loop(self) -> None:
+        llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, "Who directed Glass Harbor film?"),
+                                           (GLOBAL, "Omar Vance directed it. [DONE]")], default="Lisbon")
+        result = build(llm, self.retriever).run(self.QUESTION, SCOPE)
+
+        assert result.stop_reason == resp.STOP_NO_NEW_EVIDENCE
+        assert len(self.retriever.calls) == 2
+        assert steps_of(result, "retrieval")[1].outputs["new_document_ids"] == []
+        assert len(steps_of(result, "summary")) == 1
+
+
+class TestAccessControl:
+    def test_every_retrieval_carries_the_callers_filters(self) -> None:
+        retriever = KeywordRetriever([
+            doc("pub", "Nova Bridge spans the river Kel.", "Nova Bridge"),
+            doc("secret", "Nova Bridge secret budget memo about river Kel.", "Memo", access=("finance",)),
+            doc("other", "Nova Bridge river Kel tenant two copy.", "Copy", tenant="globex"),
+        ])
+        llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, ["Which river does Nova Bridge span?"]),
+                                           (GLOBAL, "Nova Bridge spans the Kel. [DONE]")], default="Kel")
+        extra = {"field": "meta.title", "operator": "!=", "value": "Excluded"}
+        pipeline = build(llm, retriever, max_iterations=2, top_k=3)
+        result = pipeline.run("What does Nova Bridge span?", SCOPE, filters=extra)
+
+        expected = restrict(SCOPE, extra)
+        assert len(retriever.calls) == 2
+        assert all(call["filters"] == expected for call in retriever.calls)
+        retrieved = {d["id"] for s in steps_of(result, "retrieval") for d in s.outputs["documents"]}
+        assert retrieved == {"pub"}
+        assert {c.document_id for c in result.citations} == {"pub"}
+
+
+class _BarrierChat:
+    """Iteration 2's two summaries must be in flight at once to pass the barrier; sequential calls break it."""
+
+    def __init__(self) -> None:
+        self.inner = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, "Who built Nova Bridge?"),
+                                                  (LOCAL, "Yes, Ada Stone."), (GLOBAL, "Summary. [DONE]")],
+                                           default="Ada Stone")
+        self.barrier = threading.Barrier(2, timeout=20)
+        self.global_calls = 0
+        self.waited = 0
+        self._lock = threading.Lock()
+
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        prompt = messages[-1].text or ""
+        with self._lock:
+            if "professional writer" in prompt:
+                self.global_calls += 1
+            wait = ("professional writer" in prompt and self.global_calls == 2) or "respond completely" in prompt
+        if wait:
+            self.barrier.wait()
+            with self._lock:
+                self.waited += 1
+        return self.inner.run(messages=messages, generation_kwargs=generation_kwargs)
+
+
+def test_global_and_local_summaries_of_one_iteration_run_concurrently() -> None:
+    retriever = KeywordRetriever([doc("a", "Nova Bridge was built by Ada Stone.", "Nova Bridge"),
+                                  doc("b", "Who built it? Ada Stone built Nova Bridge in 1901.", "Ada Stone")])
+    llm = _BarrierChat()
+    result = build(llm, retriever, max_iterations=2).run("Who was the builder of the Nova Bridge over the river?",
+                                                         SCOPE)
+
+    assert llm.waited == 2
+    assert not llm.barrier.broken
+    assert sorted(s.name for s in steps_of(result, "summary")) == ["global_evidence", "global_evidence",
+                                                                    "local_pathway"]
+
+
+def test_invalid_question_is_rejected_before_any_call() -> None:
+    retriever = KeywordRetriever([])
+    llm = ScriptedChatGenerator(default="x")
+    with pytest.raises(InvalidQuestionError):
+        build(llm, retriever).run("   ", SCOPE)
+    assert retriever.calls == [] and llm.calls == []
+
+
+def test_resp_is_registered() -> None:
+    assert "resp" in {spec.name for spec in available_pipelines()}
+
+
+def test_config_names_limits_and_prompt_fingerprints() -> None:
+    pipeline = build(ScriptedChatGenerator(default="x"), KeywordRetriever([]), max_iterations=4, top_k=7)
+    config = pipeline.config()
+    assert config["max_iterations"] == 4 and config["top_k"] == 7
+    assert set(config["prompts"]) == {"resp_global_evidence", "resp_local_pathway", "resp_judge", "resp_plan",
+                                      "resp_generate"}
