@@ -233,6 +233,33 @@ class TestLimits:
         assert (response.status_code, response.json()["error"]["code"]) == (504, "timeout")
 
 
+class TestDocuments:
+    def upload(self, client, key, access, name="notes.exe"):
+        return client.post("/v1/documents", headers=auth(key), files=[("files", (name, b"data"))],
+                           data={"access": access})
+
+    @pytest.mark.parametrize("user", ["alice", "audrey"])
+    def test_only_admins_upload(self, server, user):
+        client, keys = server
+        assert self.upload(client, keys[user], ["everyone"]).status_code == 403
+
+    def test_invalid_principal_is_422(self, server):
+        client, keys = server
+        response = self.upload(client, keys["root"], ["grp:x"])
+        assert (response.status_code, response.json()["error"]["code"]) == (422, "invalid_access")
+
+    def test_job_progress_is_visible_to_its_tenant_only(self, server):
+        client, keys = server
+        created = self.upload(client, keys["root"], ["group:finance", "user:bob"])
+        assert created.status_code == 202
+        job_id = created.json()["job_id"]
+        job = client.get(f"/v1/jobs/{job_id}", headers=auth(keys["root"])).json()
+        assert job["items_failed"] == 1
+        assert job["failures"][0]["code"] == "unsupported_file"
+        assert client.get(f"/v1/jobs/{job_id}", headers=auth(keys["zadmin"])).status_code == 404
+        assert client.get("/v1/jobs/no-such-job", headers=auth(keys["root"])).status_code == 404
+
+
 class TestTraces:
     def test_auditor_lists_filters_and_reads_own_tenant_traces(self, server):
         client, keys = server

@@ -1,0 +1,148 @@
+"""Admin endpoints for documents of the admin's tenant: upload (a job), follow jobs, list, delete, and
+patient record bundles (FHIR R4).
+
+Access principals name who may read what is uploaded: `everyone`, `user:<id>` or `group:<name>`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Form, Query, UploadFile, status
+from pydantic import BaseModel
+
+from docqa.access import EVERYONE
+from docqa.errors import UnreadableFileError
+from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError, NotFound
+from docqa.server.auth import AdminCaller, ContextDep
+
+router = APIRouter(prefix="/v1", tags=["documents"], responses=COMMON_ERROR_RESPONSES)
+
+_PRINCIPAL = re.compile(rf"^({EVERYONE}|(user|group):[A-Za-z0-9][A-Za-z0-9._@-]{{0,63}})$")
+MAX_FILES = 100
+
+
+class JobCreated(BaseModel):
+    job_id: str
+
+
+class DocumentOut(BaseModel):
+    source_id: str
+    title: str | None
+    chunks: int
+    access: list[str]
+
+
+class DocumentPage(BaseModel):
+    total: int
+    documents: list[DocumentOut]
+
+
+class RecordsWritten(BaseModel):
+    patient_id: str
+    written: int
+    deleted: int
+
+
+def check_principals(access: list[str]) -> list[str]:
+    principals = [p.strip() for value in access for p in value.split(",") if p.strip()]
+    if not principals:
+        raise ApiError(422, "invalid_access", "give at least one access principal (e.g. 'group:hr' or 'everyone')")
+    bad = [p for p in principals if not _PRINCIPAL.match(p)]
+    if bad:
+        raise ApiError(422, "invalid_access",
+                       f"invalid principal {bad[0]!r}: use 'everyone', 'user:<id>' or 'group:<name>'")
+    return sorted(set(principals))
+
+
+@router.post("/documents", response_model=JobCreated, status_code=status.HTTP_202_ACCEPTED,
+             summary="Upload files; returns the ingestion job id")
+def upload_documents(
+    caller: AdminCaller,
+    context: ContextDep,
+    files: Annotated[list[UploadFile], File(description="Text, Markdown, HTML, PDF or DOCX files")],
+    access: Annotated[list[str], Form(description="Who may read them: everyone, user:<id>, group:<name>")],
+) -> JobCreated:
+    from docqa.ingestion.jobs import Upload, submit_job
+
+    if not files or len(files) > MAX_FILES:
+        raise ApiError(422, "invalid_request", f"send between 1 and {MAX_FILES} files")
+    principals = check_principals(access)
+    uploads = [Upload(name=f.filename or "upload", data=f.file.read()) for f in files]
+    job_id = submit_job(context.settings, tenant=caller.tenant, access=principals, uploads=uploads,
+                        submitted_by=caller.user_id)
+    return JobCreated(job_id=job_id)
+
+
+@router.get("/jobs/{job_id}", summary="Progress of an ingestion job")
+def get_job(job_id: str, caller: AdminCaller, context: ContextDep) -> dict[str, Any]:
+    from docqa.ingestion.jobs import JobNotFoundError, job_status
+
+    try:
+        report = job_status(context.settings, job_id)
+    except JobNotFoundError:
+        raise NotFound("job") from None
+    if report["tenant"] != caller.tenant:
+        raise NotFound("job")
+    return report
+
+
+@router.get("/documents", response_model=DocumentPage, summary="Documents of the tenant, by source id")
+def list_documents(
+    caller: AdminCaller,
+    context: ContextDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> DocumentPage:
+    chunks = context.runtime.document_store.filter_documents(
+        filters={"field": "meta.tenant", "operator": "==", "value": caller.tenant}
+    )
+    by_source: dict[str, DocumentOut] = {}
+    for chunk in chunks:
+        meta = chunk.meta or {}
+        source_id = str(meta.get("source_id") or meta.get("patient_id") or chunk.id)
+        entry = by_source.setdefault(source_id, DocumentOut(source_id=source_id, title=meta.get("title"), chunks=0,
+                                                             access=sorted(meta.get("access") or [])))
+        entry.chunks += 1
+    ordered = [by_source[key] for key in sorted(by_source)]
+    return DocumentPage(total=len(ordered), documents=ordered[offset : offset + limit])
+
+
+@router.delete("/documents/{source_id:path}", summary="Delete every chunk of one document")
+def delete_document(source_id: str, caller: AdminCaller, context: ContextDep) -> dict[str, int]:
+    from docqa.ingestion.jobs import delete_document as delete
+
+    deleted = delete(context.runtime, caller.tenant, source_id)
+    if not deleted:
+        raise NotFound("document")
+    return {"deleted_chunks": deleted}
+
+
+@router.post("/records", response_model=RecordsWritten, summary="Write one patient's FHIR R4 bundle",
+             description="Replaces the stored records of the bundle's patient (synchronous).")
+def upload_records(
+    caller: AdminCaller,
+    context: ContextDep,
+    bundle: Annotated[UploadFile, File(description="A FHIR R4 Bundle (JSON) with one Patient")],
+    access: Annotated[list[str], Form(description="Who may read them: everyone, user:<id>, group:<name>")],
+) -> RecordsWritten:
+    from docqa.ingestion.records import parse_fhir_bundle, write_patient_records
+
+    principals = check_principals(access)
+    try:
+        data = json.loads(bundle.file.read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UnreadableFileError(f"{bundle.filename}: not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UnreadableFileError(f"{bundle.filename}: not a FHIR Bundle")
+    documents = parse_fhir_bundle(data, tenant=caller.tenant, access=principals)
+    patient_id = str(documents[0].meta.get("patient_id")) if documents else ""
+    if not patient_id:
+        raise UnreadableFileError(f"{bundle.filename}: the bundle holds no records")
+    embedder = context.runtime.document_embedder()
+    embedder.warm_up()
+    counts = write_patient_records(context.runtime.document_store, documents, tenant=caller.tenant,
+                                   patient_id=patient_id, embedder=embedder)
+    return RecordsWritten(patient_id=patient_id, **counts)
