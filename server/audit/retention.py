@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import delete, select, text
+from sqlalchemy.orm import Session
 
 from docqa.server.audit.canonical import canonical_bytes, trace_payload
 from docqa.server.audit.chain import ChainPosition, anchor_mac, chain_start, lock_chain
@@ -63,19 +64,11 @@ def retain(settings: Settings, *, before: datetime, archive: Path) -> RetentionR
         lock_chain(session)
         start = chain_start(session)
         checker = LinkChecker(key, start)
-        digest = hashlib.sha256()
-        with tmp.open("wb") as fh:
-            for trace in iter_traces(session, after_seq=start.seq):
-                if as_utc(trace.asked_at) >= cutoff:
-                    break
-                if not checker.check(trace.seq, trace.id, trace.prev_mac, trace.mac,
-                                     canonical_bytes(trace_payload(trace))):
-                    raise ArchiveIntegrityError(f"refusing to archive a broken chain: {checker.broken}")
-                line = export_line(trace)
-                fh.write(line)
-                digest.update(line)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            digest = _write_prefix(session, checker, cutoff, tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         if checker.checked == 0:
             tmp.unlink()
             return RetentionReport(0, start.seq + 1, start.seq, None, None)
@@ -100,6 +93,22 @@ def retain(settings: Settings, *, before: datetime, archive: Path) -> RetentionR
         session.execute(delete(AuditStep).where(AuditStep.trace_id.in_(archived_ids)))
         session.execute(delete(AuditTrace).where(AuditTrace.seq <= head.seq))
     return RetentionReport(checker.checked, start.seq + 1, head.seq, archive, checkpoint_path(archive))
+
+
+def _write_prefix(session: Session, checker: LinkChecker, cutoff: datetime, path: Path) -> hashlib._Hash:
+    digest = hashlib.sha256()
+    with path.open("wb") as fh:
+        for trace in iter_traces(session, after_seq=checker.start.seq):
+            if as_utc(trace.asked_at) >= cutoff:
+                break
+            if not checker.check(trace.seq, trace.id, trace.prev_mac, trace.mac, canonical_bytes(trace_payload(trace))):
+                raise ArchiveIntegrityError(f"refusing to archive a broken chain: {checker.broken}")
+            line = export_line(trace)
+            fh.write(line)
+            digest.update(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return digest
 
 
 def verify_archive(archive: Path, key: bytes, public_key: Ed25519PublicKey) -> VerifyReport:

@@ -1,0 +1,150 @@
+"""Audit trail on SQLite: the shared contract, plus keys, canonical form, migrations and the CLI."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, inspect
+
+from docqa.db import Base
+from docqa.errors import ConfigurationError
+from docqa.server.audit import cli
+from docqa.server.audit.canonical import canonical_bytes
+from docqa.server.audit.keys import hmac_key, signing_key
+from docqa.server.audit.models import AUDIT_TABLES
+from docqa.server.audit.scrub import clean, secret_values
+from docqa.server.schema import downgrade_database, import_models, upgrade_database
+from docqa.settings import Settings
+from tests.support.audit import fill, tamper
+from tests.support.audit_contract import AuditTrailContract
+
+SECRET = "unit-secret-7f3a9c2e"
+
+
+@pytest.fixture
+def settings(tmp_path):
+    settings = Settings(data_dir=tmp_path / "data", llm_api_key=SECRET, database_url=None)
+    upgrade_database(settings)
+    return settings
+
+
+class TestAuditTrailOnSQLite(AuditTrailContract):
+    pass
+
+
+def _audit_objects_only(obj, name, type_, reflected, compare_to) -> bool:
+    # Other layers' tables get their own migrations and tests; this compares the audit trail's.
+    table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", "")
+    return str(table).startswith("audit_")
+
+
+def audit_schema_differences(url: str) -> list:
+    import_models()
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn, opts={"compare_type": True, "include_object": _audit_objects_only}
+            )
+            return compare_metadata(context, Base.metadata)
+    finally:
+        engine.dispose()
+
+
+class TestMigrations:
+    def test_upgrade_downgrade_upgrade_and_models_match(self, tmp_path):
+        settings = Settings(data_dir=tmp_path)
+        url = settings.resolved_database_url()
+        upgrade_database(settings)
+        assert set(AUDIT_TABLES) <= set(inspect(create_engine(url)).get_table_names())
+        downgrade_database(settings, "base")
+        assert not set(AUDIT_TABLES) & set(inspect(create_engine(url)).get_table_names())
+        upgrade_database(settings)
+        assert audit_schema_differences(url) == []
+
+    def test_a_model_change_without_migration_is_noticed(self, tmp_path):
+        settings = Settings(data_dir=tmp_path)
+        upgrade_database(settings)
+        tamper(settings, ("ALTER TABLE audit_anchors ADD COLUMN stray TEXT", {}))
+        assert audit_schema_differences(settings.resolved_database_url()) != []
+
+
+class TestKeys:
+    def test_generated_keys_are_private_files_and_stable(self, tmp_path):
+        settings = Settings(data_dir=tmp_path)
+        first = hmac_key(settings)
+        assert hmac_key(settings) == first and len(first) == 64
+        for name in ("hmac.key", "signing.key"):
+            signing_key(settings)
+            mode = stat.S_IMODE(os.stat(tmp_path / "audit" / name).st_mode)
+            assert mode == 0o600
+
+    def test_group_readable_key_file_is_refused(self, tmp_path):
+        settings = Settings(data_dir=tmp_path)
+        hmac_key(settings)
+        os.chmod(tmp_path / "audit" / "hmac.key", 0o644)
+        with pytest.raises(ConfigurationError, match="chmod 600"):
+            hmac_key(settings)
+
+    def test_configured_keys_win_and_short_ones_are_refused(self, tmp_path):
+        assert hmac_key(Settings(data_dir=tmp_path, audit_hmac_key="k" * 40)) == b"k" * 40
+        with pytest.raises(ConfigurationError):
+            hmac_key(Settings(data_dir=tmp_path, audit_hmac_key="short"))
+        with pytest.raises(ConfigurationError):
+            signing_key(Settings(data_dir=tmp_path, audit_signing_key="not-a-key"))
+        assert not (tmp_path / "audit").exists()
+
+
+class TestCanonicalForm:
+    def test_sorted_compact_and_stable_floats(self):
+        expected = '{"a":[1,1.0,"é"],"b":0.30000000000000004}'.encode()
+        assert canonical_bytes({"b": 0.1 + 0.2, "a": [1, 1.0, "é"]}) == expected
+
+    def test_values_a_database_would_reject_are_neutralised(self):
+        cleaned = clean({"x": float("nan"), "y": "a\x00b", "z": (1, 2), "token": "t"}, [])
+        assert cleaned == {"x": "nan", "y": "a\ufffdb", "z": [1, 2], "token": "***"}
+
+    def test_secret_values_include_urls_passwords(self):
+        settings = Settings(database_url="postgresql+psycopg://app:pg-pass-123@db/docqa", llm_api_key=SECRET)
+        assert set(secret_values(settings)) == {"pg-pass-123", SECRET}
+        assert clean("connect postgresql://app:pg-pass-123@db", secret_values(settings)) == "connect postgresql://***@db"
+
+
+class TestCli:
+    def run(self, settings, *argv):
+        import argparse
+
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers(dest="command")
+        cli.add_audit_commands(sub)
+        cli.add_db_commands(sub)
+        args = parser.parse_args(list(argv))
+        return args.handler(args, settings)
+
+    def test_checkpoint_verify_export_retain_and_broken_chain_exit_code(self, settings, tmp_path, capsys):
+        fill(settings, 3)
+        assert self.run(settings, "audit", "checkpoint", "--out", str(tmp_path / "cp.json")) == 0
+        assert self.run(settings, "audit", "verify", "--checkpoint", str(tmp_path / "cp.json")) == 0
+        assert self.run(settings, "audit", "export", "--out", str(tmp_path / "all.jsonl")) == 0
+        assert len((tmp_path / "all.jsonl").read_text().splitlines()) == 3
+        assert self.run(settings, "audit", "retain", "--before", "2999-01-01",
+                        "--archive", str(tmp_path / "arch.jsonl")) == 0
+        assert self.run(settings, "audit", "verify", "--archive", str(tmp_path / "arch.jsonl")) == 0
+        assert self.run(settings, "audit", "retain", "--before", "2999-01-01",
+                        "--archive", str(tmp_path / "arch.jsonl")) == 2
+        fill(settings, 2)
+        tamper(settings, ("UPDATE audit_traces SET question = 'x' WHERE seq = 5", {}))
+        capsys.readouterr()
+        assert self.run(settings, "audit", "verify") == 1
+        assert "BROKEN at link 5" in capsys.readouterr().out
+        assert self.run(settings, "audit", "checkpoint", "--out", str(tmp_path / "cp2.json")) == 1
+        assert self.run(settings, "audit", "verify", "--checkpoint", str(tmp_path / "missing.json")) == 2
+
+    def test_db_upgrade_creates_the_default_database(self, tmp_path):
+        settings = Settings(data_dir=tmp_path / "fresh")
+        assert self.run(settings, "db", "upgrade") == 0
+        assert (tmp_path / "fresh" / "docqa.sqlite3").exists()
