@@ -19,6 +19,7 @@ from docqa.settings import Settings
 MODEL_MODULES = (
     "docqa.server.audit.models",
     "docqa.server.accounts.models",
+    "docqa.ingestion.models",
 )
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 

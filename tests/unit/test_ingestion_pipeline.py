@@ -1,5 +1,3 @@
-import hashlib
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,22 +8,8 @@ from docqa.ingestion.chunking import chunk_id
 from docqa.ingestion.pipeline import Source, ingest_documents, ingest_paths
 from docqa.runtime import Runtime
 from docqa.settings import Settings
+from tests.support.hash_embedder import HashEmbedder
 from tests.support.sample_files import docx_bytes, html_bytes, pdf_bytes
-
-
-class HashEmbedder:
-    """Deterministic 8-dim embeddings from the content hash; counts what it embeds."""
-
-    def __init__(self) -> None:
-        self.embedded: list[str] = []
-
-    def run(self, documents: list[Document]) -> dict[str, list[Document]]:
-        self.embedded.extend(doc.id for doc in documents)
-        return {"documents": [replace(doc, embedding=self.vector(doc.content or "")) for doc in documents]}
-
-    @staticmethod
-    def vector(text: str) -> list[float]:
-        return [b / 255 for b in hashlib.sha256(text.encode()).digest()[:8]]
 
 
 def make_store(tmp_path: Path) -> object:

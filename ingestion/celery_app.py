@@ -1,0 +1,61 @@
+"""The Celery application of the ingestion queue (`docqa worker` runs it; Redis via `DOCQA_BROKER_URL`).
+
+Delivery settings, and why:
+- `acks_late` + `task_reject_on_worker_lost`: a message is acknowledged only after its task ends, so a
+  worker killed mid-batch loses nothing; Redis hands the message out again after the visibility timeout.
+- the hard time limit stays below the visibility timeout, so a slow task is stopped before Redis would
+  deliver its message to a second worker; the soft limit lets the task record its items as failed.
+- prefetch 1: a worker holds at most one unstarted message besides the one it runs.
+Retries with backoff and the per-item attempt limit live in `docqa.ingestion.tasks` and
+`docqa.ingestion.processing`.
+
+Usage:
+    enqueue(settings, [item_id, ...])          # what `submit_job` does per batch
+    docqa worker --concurrency 1               # what consumes it
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from celery import Celery
+
+from docqa.settings import Settings, get_settings
+
+INGEST_TASK = "docqa.ingestion.ingest_items"
+
+
+def create_celery_app(broker_url: str | None, visibility_timeout_s: int) -> Celery:
+    app = Celery("docqa", broker=broker_url or "memory://", include=["docqa.ingestion.tasks"])
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": visibility_timeout_s},
+        task_time_limit=max(visibility_timeout_s - 2, int(visibility_timeout_s * 0.9)),
+        task_soft_time_limit=max(visibility_timeout_s - 4, int(visibility_timeout_s * 0.8)),
+    )
+    return app
+
+
+@lru_cache(maxsize=4)
+def _app(broker_url: str | None, visibility_timeout_s: int) -> Celery:
+    return create_celery_app(broker_url, visibility_timeout_s)
+
+
+def celery_app_for(settings: Settings) -> Celery:
+    return _app(settings.broker_url, settings.broker_visibility_timeout_s)
+
+
+def enqueue(settings: Settings, item_ids: list[int]) -> None:
+    """Send one batch of item ids to the workers; an expired message is dropped and `resume_job` resends it."""
+    celery_app_for(settings).send_task(INGEST_TASK, args=[item_ids], expires=settings.ingest_task_expires_s)
+
+
+# The app a worker runs, configured from this process's environment.
+app = celery_app_for(get_settings())

@@ -1,0 +1,210 @@
+"""The ingestion jobs API the CLI and the HTTP server call: submit, watch, resume, delete.
+
+With `DOCQA_BROKER_URL` set, `submit_job` stores the job and the files' bytes in the SQL database, enqueues
+Celery tasks and returns the job id at once; workers on any machine that reaches the broker, the database and
+the document store do the work. Without a broker (the embedded default) the same items are processed in the
+calling process before `submit_job` returns: no broker or worker to run, and since job state and payloads
+are in the database exactly as in the queued case, an interrupted job is finished by `resume_job`.
+
+Usage:
+    job_id = submit_job(settings, tenant="acme", access=["group:hr"], paths=[Path("docs/")])
+    job_status(settings, job_id)["items_done"]
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+from docqa.access import validate_access_meta
+from docqa.errors import DocqaError, UnreadableFileError
+from docqa.ingestion.converters import check_size, file_type_of
+from docqa.ingestion.database import job_sessions
+from docqa.ingestion.models import (
+    ITEM_FAILED,
+    ITEM_FINAL,
+    ITEM_QUEUED,
+    ITEM_RUNNING,
+    ITEM_SKIPPED,
+    ITEM_WRITTEN,
+    IngestItem,
+    IngestJob,
+    IngestPayload,
+)
+from docqa.ingestion.pipeline import ItemResult, expand_paths
+from docqa.ingestion.processing import finish_job_if_done, process_items
+from docqa.settings import Settings
+
+
+class JobNotFoundError(DocqaError):
+    code = "job_not_found"
+    http_status = 404
+
+
+@dataclass(frozen=True)
+class Upload:
+    """Bytes sent by a client; `source_id` defaults to the name and identifies the document in its tenant."""
+
+    name: str
+    data: bytes
+    source_id: str | None = None
+
+
+def submit_job(
+    settings: Settings,
+    *,
+    tenant: str,
+    access: Sequence[str],
+    paths: Iterable[Path | str] = (),
+    uploads: Iterable[Upload] = (),
+    submitted_by: str | None = None,
+    on_item: Callable[[ItemResult], None] | None = None,
+) -> str:
+    """Record a job with one item per file and start it; returns the job id.
+
+    :param tenant: tenant of every document in the job.
+    :param access: principals allowed to read them; required (a job without them is refused).
+    :param paths: files or directories read now, on the submitting machine; the source id is the absolute path.
+    :param uploads: files sent as bytes.
+    :param on_item: called per finished item when the job runs in-process (no broker).
+    :raises DocqaError: without tenant or principals.
+    """
+    try:
+        validate_access_meta({"tenant": tenant, "access": list(access)})
+    except ValueError as exc:
+        raise DocqaError(f"cannot ingest: {exc}") from exc
+    job_id = str(uuid.uuid4())
+    files = [(str(path), path.name, path) for path in expand_paths(paths)]
+    files += [(upload.source_id or upload.name, upload.name, upload) for upload in uploads]
+    queued: list[int] = []
+    with job_sessions(settings).begin() as session:
+        job = IngestJob(id=job_id, tenant=tenant, access=sorted(set(access)), submitted_by=submitted_by)
+        session.add(job)
+        for position, (source_id, name, origin) in enumerate(files):
+            item = IngestItem(job_id=job_id, position=position, source_id=source_id, name=name, status=ITEM_QUEUED)
+            session.add(item)
+            try:
+                data = _read(origin, name, settings.max_file_bytes)
+            except DocqaError as exc:
+                item.move_to(ITEM_FAILED, reason=exc.message, code=exc.code)
+                continue
+            session.flush()
+            session.add(IngestPayload(item_id=item.id, data=data))
+            queued.append(item.id)
+        if not queued:
+            finish_job_if_done(session, job_id)
+    _dispatch(settings, queued, on_item)
+    return job_id
+
+
+def resume_job(settings: Settings, job_id: str, on_item: Callable[[ItemResult], None] | None = None) -> int:
+    """Dispatch a job's unfinished items again (expired tasks, or a broker-less run that was interrupted).
+
+    Safe to call at any time: finished items are left alone and re-ingesting an item is idempotent.
+    :returns: the number of items dispatched.
+    """
+    with job_sessions(settings)() as session:
+        if session.get(IngestJob, job_id) is None:
+            raise JobNotFoundError(f"no ingestion job {job_id}")
+        pending = session.scalars(
+            select(IngestItem.id)
+            .where(IngestItem.job_id == job_id, IngestItem.status.not_in(ITEM_FINAL))
+            .order_by(IngestItem.position)
+        ).all()
+    _dispatch(settings, list(pending), on_item)
+    return len(pending)
+
+
+def job_status(settings: Settings, job_id: str) -> dict[str, Any]:
+    """Progress of a job: item counts by outcome and the reason of every failed item."""
+    with job_sessions(settings)() as session:
+        job = session.get(IngestJob, job_id)
+        if job is None:
+            raise JobNotFoundError(f"no ingestion job {job_id}")
+        counts = dict(
+            session.execute(
+                select(IngestItem.status, func.count()).where(IngestItem.job_id == job_id).group_by(IngestItem.status)
+            ).all()
+        )
+        chunks = session.scalar(
+            select(func.coalesce(func.sum(IngestItem.chunks), 0)).where(
+                IngestItem.job_id == job_id, IngestItem.status == ITEM_WRITTEN
+            )
+        )
+        failures = session.execute(
+            select(IngestItem.source_id, IngestItem.code, IngestItem.reason)
+            .where(IngestItem.job_id == job_id, IngestItem.status == ITEM_FAILED)
+            .order_by(IngestItem.position)
+        ).all()
+        return {
+            "job_id": job.id,
+            "status": job.status,
+            "tenant": job.tenant,
+            "items_total": sum(counts.values()),
+            "items_done": sum(n for status, n in counts.items() if status in ITEM_FINAL),
+            "items_queued": counts.get(ITEM_QUEUED, 0),
+            "items_running": counts.get(ITEM_RUNNING, 0),
+            "items_written": counts.get(ITEM_WRITTEN, 0),
+            "items_skipped": counts.get(ITEM_SKIPPED, 0),
+            "items_failed": counts.get(ITEM_FAILED, 0),
+            "chunks_written": int(chunks or 0),
+            "failures": [{"source_id": s, "code": c, "reason": r} for s, c, r in failures],
+            "created_at": job.created_at.isoformat() if job.created_at else None,
+            "started_at": job.started_at.isoformat() if job.started_at else None,
+            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        }
+
+
+def delete_document(runtime: Any, tenant: str, source_id: str) -> int:
+    """Remove every chunk of one document of a tenant from the store; returns how many were deleted."""
+    filters = {
+        "operator": "AND",
+        "conditions": [
+            {"field": "meta.tenant", "operator": "==", "value": tenant},
+            {"field": "meta.source_id", "operator": "==", "value": source_id},
+        ],
+    }
+    ids = [doc.id for doc in runtime.document_store.filter_documents(filters=filters)]
+    if ids:
+        runtime.document_store.delete_documents(ids)
+    return len(ids)
+
+
+def _read(origin: Path | Upload, name: str, max_bytes: int) -> bytes:
+    # Type and size are checked before the bytes are stored, so nothing unusable reaches the database.
+    file_type_of(name)
+    if isinstance(origin, Upload):
+        check_size(name, len(origin.data), max_bytes)
+        return origin.data
+    try:
+        check_size(str(origin), origin.stat().st_size, max_bytes)
+        return origin.read_bytes()
+    except OSError as exc:
+        raise UnreadableFileError(f"{origin}: cannot read file ({exc.strerror or exc})") from exc
+
+
+def _dispatch(settings: Settings, item_ids: list[int], on_item: Callable[[ItemResult], None] | None) -> None:
+    batches = [
+        item_ids[start : start + settings.ingest_items_per_task]
+        for start in range(0, len(item_ids), settings.ingest_items_per_task)
+    ]
+    if not batches:
+        return
+    if settings.broker_url:
+        from docqa.ingestion.celery_app import enqueue
+
+        for batch in batches:
+            enqueue(settings, batch)
+        return
+    from docqa.runtime import Runtime
+
+    runtime = Runtime(settings)
+    embedder = runtime.document_embedder()
+    embedder.warm_up()
+    for batch in batches:
+        process_items(settings, batch, runtime=runtime, embedder=embedder, on_item=on_item)

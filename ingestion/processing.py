@@ -1,0 +1,186 @@
+"""What a worker does with a batch of queued items: claim, ingest, record the outcome.
+
+Crash safety comes from three facts: chunk writes are idempotent (deterministic ids, overwrite, stale chunks
+deleted); item state is committed before and after the work; and a killed worker's message is redelivered
+(`acks_late`). A redelivered batch runs its unfinished items one at a time, so one item that kills the worker
+burns only its own attempts and ends `failed` after `ingest_max_attempts` instead of looping.
+
+Usage:
+    process_items(settings, [item_id, ...], runtime=Runtime(settings))
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from docqa.ingestion.database import job_sessions
+from docqa.ingestion.models import (
+    ITEM_FAILED,
+    ITEM_FINAL,
+    ITEM_RUNNING,
+    ITEM_WRITTEN,
+    JOB_COMPLETED_WITH_ERRORS,
+    JOB_RUNNING,
+    JOB_SUCCEEDED,
+    IngestItem,
+    IngestJob,
+    IngestPayload,
+)
+from docqa.ingestion.pipeline import ItemResult, Source, ingest_documents
+from docqa.settings import Settings
+
+logger = logging.getLogger(__name__)
+ItemDone = Callable[[ItemResult], None]
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def process_items(
+    settings: Settings,
+    item_ids: Sequence[int],
+    *,
+    runtime: Any,
+    embedder: Any | None = None,
+    on_item: ItemDone | None = None,
+) -> None:
+    """Ingest the unfinished items among `item_ids` (all of one job); finished ones are left alone."""
+    sessions = job_sessions(settings)
+    with sessions() as session:
+        items = session.scalars(
+            select(IngestItem).where(IngestItem.id.in_(list(item_ids))).order_by(IngestItem.position)
+        ).all()
+        pending = [item.id for item in items if not item.finished]
+        retried = any(item.attempts > 0 for item in items if not item.finished)
+    groups = [[item_id] for item_id in pending] if retried else [pending] if pending else []
+    for group in groups:
+        _process_group(sessions, settings, group, runtime, embedder, on_item)
+
+
+def fail_items(settings: Settings, item_ids: Sequence[int], reason: str, code: str) -> None:
+    """Mark unfinished items failed (a task that exhausted its retries); finished ones keep their outcome."""
+    with job_sessions(settings).begin() as session:
+        items = _lock_items(session, item_ids)
+        for item in items:
+            if not item.finished:
+                item.move_to(ITEM_FAILED, reason=reason, code=code)
+        _finish_items(session, items)
+
+
+def _process_group(
+    sessions: sessionmaker,
+    settings: Settings,
+    item_ids: list[int],
+    runtime: Any,
+    embedder: Any | None,
+    on_item: ItemDone | None,
+) -> None:
+    with sessions.begin() as session:
+        claimed = _claim(session, settings, item_ids)
+        if not claimed:
+            return
+        job = session.get(IngestJob, claimed[0].job_id)
+        assert job is not None  # the foreign key guarantees it
+        tenant, access, job_id = job.tenant, list(job.access), job.id
+        payloads = dict(
+            session.execute(
+                select(IngestPayload.item_id, IngestPayload.data).where(
+                    IngestPayload.item_id.in_([item.id for item in claimed])
+                )
+            ).all()
+        )
+        work = [(item.id, item.attempts, item.source_id, item.name) for item in claimed]
+    sources = [
+        Source(source_id=source_id, name=name, data=payloads.get(item_id, b""), meta={"ingest_job": job_id})
+        for item_id, _, source_id, name in work
+    ]
+    report = ingest_documents(runtime, sources, tenant, access, embedder=embedder)
+    by_source = {result.source_id: result for result in report.items}
+    with sessions.begin() as session:
+        items = _lock_items(session, [item_id for item_id, *_ in work])
+        for item in items:
+            result = by_source[item.source_id]
+            attempts = next(attempts for item_id, attempts, *_ in work if item_id == item.id)
+            if result.status == "skipped" and attempts > 1:
+                result = _own_earlier_write(runtime, tenant, job_id, result)
+            if item.status == ITEM_RUNNING:  # another delivery may have finished it meanwhile
+                item.move_to(result.status, chunks=result.chunks, reason=result.reason, code=result.code)
+            if on_item is not None:
+                on_item(result)
+        _finish_items(session, items)
+
+
+def _claim(session: Session, settings: Settings, item_ids: list[int]) -> list[IngestItem]:
+    items = _lock_items(session, item_ids)
+    claimed = []
+    for item in items:
+        if item.finished:
+            continue
+        if item.attempts >= settings.ingest_max_attempts:
+            item.move_to(
+                ITEM_FAILED,
+                code="gave_up",
+                reason=f"gave up after {item.attempts} attempts: the worker stopped each time while ingesting it",
+            )
+            continue
+        item.move_to(ITEM_RUNNING, attempts=item.attempts + 1, worker=worker_name())
+        claimed.append(item)
+    if claimed:
+        job = session.get(IngestJob, claimed[0].job_id)
+        if job is not None and job.status != JOB_RUNNING and job.finished_at is None:
+            job.move_to(JOB_RUNNING)
+    _finish_items(session, items)
+    return claimed
+
+
+def _own_earlier_write(runtime: Any, tenant: str, job_id: str, result: ItemResult) -> ItemResult:
+    # An earlier attempt of this very job wrote the chunks and died before recording it: that is a write.
+    filters = {
+        "operator": "AND",
+        "conditions": [
+            {"field": "meta.tenant", "operator": "==", "value": tenant},
+            {"field": "meta.source_id", "operator": "==", "value": result.source_id},
+        ],
+    }
+    stored = runtime.document_store.filter_documents(filters=filters)
+    if stored and all(doc.meta.get("ingest_job") == job_id for doc in stored):
+        return ItemResult(result.source_id, result.source, ITEM_WRITTEN, chunks=len(stored))
+    return result
+
+
+def _lock_items(session: Session, item_ids: Sequence[int]) -> list[IngestItem]:
+    # Row locks on PostgreSQL keep two deliveries of one batch from claiming an item twice; SQLite
+    # serialises writers anyway.
+    query = select(IngestItem).where(IngestItem.id.in_(list(item_ids))).order_by(IngestItem.id).with_for_update()
+    return list(session.scalars(query).all())
+
+
+def _finish_items(session: Session, items: list[IngestItem]) -> None:
+    done = [item.id for item in items if item.finished]
+    if done:
+        session.execute(delete(IngestPayload).where(IngestPayload.item_id.in_(done)))
+    for job_id in {item.job_id for item in items}:
+        finish_job_if_done(session, job_id)
+
+
+def finish_job_if_done(session: Session, job_id: str) -> None:
+    session.flush()
+    counts = dict(
+        session.execute(
+            select(IngestItem.status, func.count()).where(IngestItem.job_id == job_id).group_by(IngestItem.status)
+        ).all()
+    )
+    if any(status not in ITEM_FINAL for status in counts):
+        return
+    job = session.get(IngestJob, job_id, with_for_update=True)
+    if job is None or job.finished_at is not None:
+        return
+    job.move_to(JOB_COMPLETED_WITH_ERRORS if counts.get(ITEM_FAILED) else JOB_SUCCEEDED)

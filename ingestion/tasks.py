@@ -1,0 +1,69 @@
+"""Thin Celery tasks: each calls `docqa.ingestion.processing` with this worker's warm runtime.
+
+Transient infrastructure errors (database, store or network unavailable) are retried with exponential backoff
+a bounded number of times; anything else, or the last retry, marks the batch's unfinished items failed
+with the reason, so a job always ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import Task
+from celery.signals import worker_process_init
+from haystack.document_stores.errors import DocumentStoreError
+from sqlalchemy.exc import OperationalError
+
+from docqa.ingestion.celery_app import INGEST_TASK, app
+from docqa.ingestion.processing import fail_items, process_items
+from docqa.settings import Settings, get_settings
+
+logger = logging.getLogger(__name__)
+_TRANSIENT = (OperationalError, DocumentStoreError, ConnectionError, TimeoutError)
+_worker_state: dict[str, Any] = {}
+_state_lock = threading.Lock()
+
+
+@worker_process_init.connect
+def _one_torch_thread(**_: Any) -> None:
+    # Workers scale by process; several torch thread pools on a small machine only fight each other.
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _warm_runtime(settings: Settings) -> tuple[Any, Any]:
+    with _state_lock:
+        if "runtime" not in _worker_state:
+            from docqa.runtime import Runtime
+
+            runtime = Runtime(settings)
+            embedder = runtime.document_embedder()
+            embedder.warm_up()
+            _worker_state.update(runtime=runtime, embedder=embedder)
+        return _worker_state["runtime"], _worker_state["embedder"]
+
+
+class _IngestTask(Task):
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        item_ids = args[0] if args else kwargs.get("item_ids", [])
+        reason = (str(exc).splitlines() or [""])[0] or type(exc).__name__
+        logger.error("ingestion task %s failed for items %s: %s", task_id, item_ids, reason)
+        fail_items(get_settings(), item_ids, reason=f"task failed: {reason}", code="task_failed")
+
+
+@app.task(
+    name=INGEST_TASK,
+    base=_IngestTask,
+    autoretry_for=_TRANSIENT,
+    retry_backoff=2,
+    retry_backoff_max=60,
+    retry_jitter=True,
+    max_retries=3,
+)
+def ingest_items(item_ids: list[int]) -> None:
+    settings = get_settings()
+    runtime, embedder = _warm_runtime(settings)
+    process_items(settings, item_ids, runtime=runtime, embedder=embedder)
