@@ -1,0 +1,174 @@
+"""Topic tagging of documents (ingestion) and of questions (query time) with a versioned BERTopic model."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.core.serialization import component_to_dict
+from haystack.utils import deserialize_component_inplace
+
+from docqa.components.topic_models import FittedTopicModel, TopicModelInfo, TopicModelStore
+
+TOPIC_FIELD = "topic_id"
+PROBABILITY_FIELD = "topic_probability"
+VERSION_FIELD = "topic_version"
+GUIDE_FIELD = "record_type"
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    """The topic of a question: id, probability and the model version that assigned it."""
+
+    topic_id: int
+    probability: float
+    version: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@component
+class TopicAssigner:
+    """
+    Tags documents with `meta.topic_id`, `meta.topic_probability` and `meta.topic_version`, and assigns a
+    question its topic, using the latest (or a pinned) version of the topic model stored under `model_dir`.
+
+    Fitting a new version is an explicit action (`fit`). When documents carry a known `record_type`, the
+    model is fitted supervised on it, and such documents are tagged with their record type's topic
+    (probability 1.0); others get the nearest topic. Without a fitted model, documents pass through untagged
+    and questions get no topic.
+
+    Usage example:
+    ```python
+    assigner = TopicAssigner(model_dir="/data/topic_models/acme", text_embedder=text_embedder)
+    assigner.fit(documents_with_embeddings)                      # admin action: writes version N+1
+    tagged = assigner.run(documents=new_documents)["documents"]  # ingestion
+    assigner.run(query="abnormal lab results last year")["query_topic"]
+    ```
+    """
+
+    def __init__(self, model_dir: str | Path, text_embedder: Any | None = None,
+                 document_embedder: Any | None = None, version: int | None = None,
+                 temperature: float = 0.05) -> None:
+        """
+        :param model_dir: Directory of the versioned topic models (one per tenant).
+        :param text_embedder: Embeds questions (`run(text) -> {"embedding": ...}`); needed for `query`.
+        :param document_embedder: Embeds documents that arrive without an embedding.
+        :param version: Pin a version; the latest when None.
+        :param temperature: Softmax temperature over cosine similarities; lower is more decisive.
+        """
+        if temperature <= 0:
+            raise ValueError("temperature must be positive")
+        if version is not None and version < 1:
+            raise ValueError("versions start at 1")
+        self.model_dir = str(model_dir)
+        self.text_embedder = text_embedder
+        self.document_embedder = document_embedder
+        self.version = version
+        self.temperature = temperature
+        self._store = TopicModelStore(model_dir)
+        self._model: FittedTopicModel | None = None
+        self._loaded = False
+
+    def warm_up(self) -> None:
+        if not self._loaded:
+            self._model = self._store.load(self.version)
+            self._loaded = True
+
+    @property
+    def model(self) -> FittedTopicModel | None:
+        self.warm_up()
+        return self._model
+
+    def fit(self, documents: list[Document]) -> TopicModelInfo:
+        """Fit and store a new version on `documents` (embedded if needed) and switch to it.
+
+        :returns: The new version's info.
+        :raises ValueError: With too few documents to fit.
+        """
+        embedded = self._with_embeddings(documents)
+        usable = [d for d in embedded if d.embedding is not None and d.content]
+        labels = [d.meta.get(GUIDE_FIELD) for d in usable]
+        info, _ = self._store.fit_new_version(
+            [d.content or "" for d in usable],
+            np.asarray([d.embedding for d in usable], dtype=np.float32),
+            labels=labels if any(labels) else None,
+        )
+        self.version = None
+        self._model = self._store.load(info.version)
+        self._loaded = True
+        return info
+
+    @component.output_types(documents=list[Document], query_topic=TopicAssignment | None)
+    def run(self, documents: list[Document] | None = None, query: str | None = None) -> dict[str, Any]:
+        """
+        :param documents: Documents to tag (copies are returned; inputs are not modified).
+        :param query: A question to assign a topic to.
+        :returns: `documents` (tagged where possible) and `query_topic` (None without a model or query).
+        """
+        model = self.model
+        tagged = self._tag(documents or [], model) if model is not None else list(documents or [])
+        topic = None
+        if query is not None and model is not None:
+            if self.text_embedder is None:
+                raise ValueError("assigning a question's topic needs a text_embedder")
+            embedding = self.text_embedder.run(text=query)["embedding"]
+            topic_id, probability = model.assign(embedding, self.temperature)
+            topic = TopicAssignment(topic_id=topic_id, probability=round(probability, 4), version=model.version)
+        return {"documents": tagged, "query_topic": topic}
+
+    def _tag(self, documents: list[Document], model: FittedTopicModel) -> list[Document]:
+        embedded = self._with_embeddings(documents)
+        guides = model.info.label_to_topic
+        unguided = [d for d in embedded if d.meta.get(GUIDE_FIELD) not in guides and d.embedding is not None]
+        assigned = dict(zip((d.id for d in unguided),
+                            model.assign_many(np.asarray([d.embedding for d in unguided]), self.temperature)
+                            if unguided else [], strict=True))
+        out = []
+        for doc in embedded:
+            guide = doc.meta.get(GUIDE_FIELD)
+            if guide in guides:
+                topic, probability = guides[guide], 1.0
+            elif doc.id in assigned:
+                topic, probability = assigned[doc.id]
+            else:
+                out.append(doc)
+                continue
+            meta = {**doc.meta, TOPIC_FIELD: topic, PROBABILITY_FIELD: round(probability, 4),
+                    VERSION_FIELD: model.version}
+            out.append(dataclasses.replace(doc, meta=meta))
+        return out
+
+    def _with_embeddings(self, documents: list[Document]) -> list[Document]:
+        missing = [d for d in documents if d.embedding is None]
+        if not missing or self.document_embedder is None:
+            return list(documents)
+        embedded = {d.id: d for d in self.document_embedder.run(documents=missing)["documents"]}
+        return [embedded.get(d.id, d) if d.embedding is None else d for d in documents]
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self,
+            model_dir=self.model_dir,
+            text_embedder=_serialized(self.text_embedder, "text_embedder"),
+            document_embedder=_serialized(self.document_embedder, "document_embedder"),
+            version=self.version,
+            temperature=self.temperature,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TopicAssigner:
+        params = data["init_parameters"]
+        for key in ("text_embedder", "document_embedder"):
+            if params.get(key) is not None:
+                deserialize_component_inplace(params, key=key)
+        return default_from_dict(cls, data)
+
+
+def _serialized(collaborator: Any | None, name: str) -> dict[str, Any] | None:
+    return component_to_dict(collaborator, name) if collaborator is not None else None
