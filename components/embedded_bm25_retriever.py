@@ -95,7 +95,8 @@ class EmbeddedBM25Retriever:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EmbeddedBM25Retriever:
-        params = data["init_parameters"]
+        params = dict(data["init_parameters"])
+        data = {**data, "init_parameters": params}
         params["document_store"] = EmbeddedDocumentStore.from_dict(params["document_store"])
         if "filter_policy" in params:
             params["filter_policy"] = FilterPolicy.from_str(params["filter_policy"])

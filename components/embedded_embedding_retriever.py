@@ -104,7 +104,8 @@ class EmbeddedEmbeddingRetriever:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EmbeddedEmbeddingRetriever:
-        params = data["init_parameters"]
+        params = dict(data["init_parameters"])
+        data = {**data, "init_parameters": params}
         params["document_store"] = EmbeddedDocumentStore.from_dict(params["document_store"])
         if "filter_policy" in params:
             params["filter_policy"] = FilterPolicy.from_str(params["filter_policy"])
