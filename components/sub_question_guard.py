@@ -14,6 +14,7 @@ from haystack.utils import deserialize_component_inplace
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
+_MAX_CACHED = 4096
 
 
 def normalize_question(text: str) -> str:
@@ -90,6 +91,9 @@ class SubQuestionGuard:
         norm = float(np.linalg.norm(vector))
         unit = vector / norm if norm > 0 else vector
         with self._lock:
+            # A long-lived server sees endless distinct questions: bound the cache rather than let it grow.
+            if len(self._embeddings) >= _MAX_CACHED:
+                self._embeddings.clear()
             self._embeddings[text] = unit
         return unit
 
