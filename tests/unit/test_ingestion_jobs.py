@@ -20,7 +20,7 @@ from docqa.ingestion.models import (
 from docqa.ingestion.processing import process_items
 from docqa.runtime import Runtime
 from docqa.settings import Settings
-from tests.support.hash_embedder import HashEmbedder
+from tests.support.ingestion_fakes import CountingEmbedder
 from tests.support.sample_files import pdf_bytes
 
 
@@ -34,7 +34,7 @@ class FakeRuntime(Runtime):
     store = None
 
     def document_embedder(self):
-        return HashEmbedder()
+        return CountingEmbedder()
 
     @property
     def document_store(self):

@@ -8,7 +8,7 @@ from docqa.ingestion.chunking import chunk_id
 from docqa.ingestion.pipeline import Source, ingest_documents, ingest_paths
 from docqa.runtime import Runtime
 from docqa.settings import Settings
-from tests.support.hash_embedder import HashEmbedder
+from tests.support.ingestion_fakes import CountingEmbedder
 from tests.support.sample_files import docx_bytes, html_bytes, pdf_bytes
 
 
@@ -27,8 +27,8 @@ def runtime(tmp_path: Path) -> Runtime:
 
 
 @pytest.fixture
-def embedder() -> HashEmbedder:
-    return HashEmbedder()
+def embedder() -> CountingEmbedder:
+    return CountingEmbedder()
 
 
 def words(count: int, prefix: str = "w") -> str:
