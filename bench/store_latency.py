@@ -1,0 +1,202 @@
+"""Query latency of the embedded store next to Haystack's InMemoryDocumentStore and bm25s, same corpus and queries.
+
+Corpus (per retrieval_anchors.md): multi-hop passages, ODSum story pieces of 120 words and ASQA knowledge
+snippets (~11k distinct texts), repeated with a " (copy k)" suffix to reach N. Queries: the 200 MuSiQue and
+HotpotQA questions. Top-10, one query at a time, one thread. Hybrid = BM25 + dense + RRF over 20 candidates
+each, with the query embedding computed beforehand (its cost is the same for every store and printed once).
+Copies reuse the embedding of their base text (irrelevant for latency). Prints figures; asserts nothing.
+
+    python bench/store_latency.py --sizes 10000 100000 --inmemory-queries 20
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from haystack import Document
+
+from docqa.components.hybrid_retriever import reciprocal_rank_fusion
+from docqa.datasets import MULTIHOP_DATASETS, load_corpus, load_questions, shared_data_dir
+from docqa.settings import Settings
+from docqa.stores.embedded import EmbeddedDocumentStore
+from docqa.stores.tokenizer import STOP_WORDS
+
+TOP_K = 10
+CANDIDATES = 20
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "docqa-bench"
+
+
+def base_texts(data: Path) -> list[str]:
+    texts = [d.content for ds in MULTIHOP_DATASETS for d in load_corpus(ds, data_dir=data)]
+    for split in ("train", "dev", "test"):
+        for line in (data / "longform" / "odsum_story" / f"{split}.jsonl").read_text().splitlines():
+            words = " ".join(json.loads(line)["divided_document"]).split()
+            texts += [" ".join(words[i : i + 120]) for i in range(0, len(words), 120)]
+    asqa = json.loads((data / "longform" / "asqa" / "asqa_dev.json").read_text())
+    texts += [k["content"] for q in asqa for a in q["annotations"] for k in a["knowledge"]]
+    return list(dict.fromkeys(t for t in texts if t and t.strip()))
+
+
+def embed(texts: list[str]) -> np.ndarray:
+    """Embeddings of `texts` with the packaged model, cached on disk between runs."""
+    key = hashlib.sha256("\x1e".join(texts).encode()).hexdigest()[:16]
+    path = CACHE / f"embeddings-{key}.npy"
+    if path.exists():
+        return np.load(path)
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from docqa.embedding import embedding_model_path
+
+    torch.set_num_threads(1)
+    model = SentenceTransformer(embedding_model_path(Settings()), device="cpu", local_files_only=True)
+    started = time.perf_counter()
+    vectors = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True).astype(np.float32)
+    print(f"embedded {len(texts)} texts in {time.perf_counter() - started:.0f} s", flush=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    np.save(path, vectors)
+    return vectors
+
+
+def corpus(texts: list[str], vectors: np.ndarray, n: int) -> list[Document]:
+    docs = []
+    for i in range(n):
+        base, copy = i % len(texts), i // len(texts)
+        content = texts[base] if copy == 0 else f"{texts[base]} (copy {copy})"
+        docs.append(Document(id=f"d{i}", content=content, embedding=vectors[base].tolist()))
+    return docs
+
+
+def percentiles(samples: list[float]) -> str:
+    ms = sorted(s * 1000 for s in samples)
+    p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
+    return f"p50 {statistics.median(ms):8.2f} ms  p95 {p95:8.2f} ms  (n={len(ms)})"
+
+
+def timed(fn: Callable[[int], object], count: int) -> list[float]:
+    samples = []
+    for i in range(count):
+        started = time.perf_counter()
+        fn(i)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def bench_embedded(docs, queries, query_vectors, workdir: Path) -> None:
+    store = EmbeddedDocumentStore(path=str(workdir / "documents.sqlite3"))
+    started = time.perf_counter()
+    for i in range(0, len(docs), 5000):
+        store.write_documents(docs[i : i + 5000])
+    write_s = time.perf_counter() - started
+    started = time.perf_counter()
+    store.bm25_retrieval("warm up")
+    print(
+        f"  embedded     write {write_s:6.1f} s, index catch-up on first query {time.perf_counter() - started:5.1f} s"
+    )
+    # A second instance on the same file shows the cost a freshly started worker pays.
+    other = EmbeddedDocumentStore(path=store.path)
+    started = time.perf_counter()
+    other.bm25_retrieval("warm up")
+    print(f"  embedded     index load by a second instance {time.perf_counter() - started:5.1f} s")
+    other.close()
+
+    def hybrid(i: int) -> None:
+        keyword = store.bm25_retrieval(queries[i], top_k=CANDIDATES)
+        dense = store.embedding_retrieval(query_vectors[i].tolist(), top_k=CANDIDATES)
+        reciprocal_rank_fusion([keyword, dense], rrf_k=60, top_k=TOP_K)
+
+    print(
+        "  embedded     BM25   ",
+        percentiles(timed(lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K), len(queries))),
+    )
+    print("  embedded     hybrid ", percentiles(timed(hybrid, len(queries))))
+    access = {"field": "meta.access", "operator": "in", "value": ["everyone"]}
+    store.bm25_retrieval("warm up", filters=access)
+    print(
+        "  embedded     BM25 + access filter (cached mask)",
+        percentiles(timed(lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K, filters=access), len(queries))),
+    )
+    store.close()
+
+
+def bench_inmemory(docs, queries, query_vectors, count: int) -> None:
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+    store = InMemoryDocumentStore(embedding_similarity_function="dot_product", shared=False)
+    started = time.perf_counter()
+    store.write_documents(docs)
+    print(f"  InMemory     write {time.perf_counter() - started:6.1f} s")
+
+    def hybrid(i: int) -> None:
+        keyword = store.bm25_retrieval(queries[i], top_k=CANDIDATES)
+        dense = store.embedding_retrieval(query_vectors[i].tolist(), top_k=CANDIDATES)
+        reciprocal_rank_fusion([keyword, dense], rrf_k=60, top_k=TOP_K)
+
+    print("  InMemory     BM25   ", percentiles(timed(lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K), count)))
+    print("  InMemory     hybrid ", percentiles(timed(hybrid, count)))
+
+
+def bench_bm25s(docs, queries) -> None:
+    import bm25s
+
+    started = time.perf_counter()
+    tokens = bm25s.tokenize([d.content for d in docs], stopwords=list(STOP_WORDS), show_progress=False)
+    retriever = bm25s.BM25()
+    retriever.index(tokens, show_progress=False)
+    print(f"  bm25s        index {time.perf_counter() - started:6.1f} s")
+
+    def query(i: int) -> None:
+        q = bm25s.tokenize([queries[i]], stopwords=list(STOP_WORDS), show_progress=False, return_ids=False)
+        retriever.retrieve(q, k=TOP_K, show_progress=False, n_threads=1)
+
+    print("  bm25s        BM25   ", percentiles(timed(query, len(queries))))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--inmemory-queries", type=int, default=20, help="InMemory is slow: fewer queries")
+    args = parser.parse_args()
+    data = shared_data_dir()
+    if not (data / "multihop").is_dir():
+        sys.exit(f"shared data not found at {data}; nothing to measure")
+    import torch
+
+    torch.set_num_threads(1)
+    texts = base_texts(data)
+    queries = [q.question for ds in MULTIHOP_DATASETS for q in load_questions(ds, data)]
+    vectors = embed(texts)
+    query_vectors = embed(queries)
+    from docqa.embedding import build_text_embedder
+
+    text_embedder = build_text_embedder(Settings())
+    text_embedder.warm_up()
+    print(f"{len(texts)} distinct base texts, {len(queries)} queries, top-{TOP_K}, torch threads 1")
+    print("query embedding (MiniLM, one query)", percentiles(timed(lambda i: text_embedder.run(text=queries[i]), 50)))
+    for n in args.sizes:
+        docs = corpus(texts, vectors, n)
+        print(f"N = {n}", flush=True)
+        with tempfile.TemporaryDirectory() as workdir:
+            bench_embedded(docs, queries, query_vectors, Path(workdir))
+        bench_bm25s(docs, queries)
+        bench_inmemory(docs, queries, query_vectors, min(args.inmemory_queries, len(queries)))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
