@@ -11,10 +11,9 @@ from docqa.server.audit.models import AUDIT_TABLES
 from docqa.server.audit.recorder import answer_with_audit
 from docqa.server.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
-from tests.support.audit import fill, traces
+from tests.support.audit import SECRET, audit_schema_differences, fill, traces
 from tests.support.audit_contract import AuditTrailContract, verify
 from tests.support.postgres import database_url, login_role, throwaway_database
-from tests.unit.test_audit_trail import SECRET, audit_schema_differences
 
 pytestmark = pytest.mark.integration
 

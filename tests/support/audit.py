@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.orm import Session
 
 from docqa.access import AccessScope
-from docqa.db import session_factory
+from docqa.db import Base, session_factory
 from docqa.recording import StepRecorder, document_summary, record_llm_call
 from docqa.result import Citation, LLMUsage, PipelineResult
 from docqa.server.audit.canonical import canonical_bytes, trace_payload
@@ -17,8 +19,10 @@ from docqa.server.audit.chain import link_mac
 from docqa.server.audit.keys import hmac_key
 from docqa.server.audit.models import AuditTrace
 from docqa.server.audit.recorder import record_answer
+from docqa.server.schema import import_models
 from docqa.settings import Settings
 
+SECRET = "unit-secret-7f3a9c2e"
 SCOPE = AccessScope(tenant="acme", principals=frozenset({"user:alice", "group:finance"}))
 
 
@@ -131,3 +135,22 @@ def utc(*args: int) -> datetime:
 
 def session_for(settings: Settings) -> Session:
     return session_factory(settings)()
+
+
+def _audit_objects_only(obj, name, type_, reflected, compare_to) -> bool:
+    # Other layers' tables get their own migrations and tests; this compares the audit trail's.
+    table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", "")
+    return str(table).startswith("audit_")
+
+
+def audit_schema_differences(url: str) -> list:
+    import_models()
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn, opts={"compare_type": True, "include_object": _audit_objects_only}
+            )
+            return compare_metadata(context, Base.metadata)
+    finally:
+        engine.dispose()

@@ -6,23 +6,18 @@ import os
 import stat
 
 import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
-from docqa.db import Base
 from docqa.errors import ConfigurationError
 from docqa.server.audit import cli
 from docqa.server.audit.canonical import canonical_bytes
 from docqa.server.audit.keys import hmac_key, signing_key
 from docqa.server.audit.models import AUDIT_TABLES
 from docqa.server.audit.scrub import clean, secret_values
-from docqa.server.schema import downgrade_database, import_models, upgrade_database
+from docqa.server.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
-from tests.support.audit import fill, tamper
+from tests.support.audit import SECRET, audit_schema_differences, fill, tamper
 from tests.support.audit_contract import AuditTrailContract
-
-SECRET = "unit-secret-7f3a9c2e"
 
 
 @pytest.fixture
@@ -34,25 +29,6 @@ def settings(tmp_path):
 
 class TestAuditTrailOnSQLite(AuditTrailContract):
     pass
-
-
-def _audit_objects_only(obj, name, type_, reflected, compare_to) -> bool:
-    # Other layers' tables get their own migrations and tests; this compares the audit trail's.
-    table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", "")
-    return str(table).startswith("audit_")
-
-
-def audit_schema_differences(url: str) -> list:
-    import_models()
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            context = MigrationContext.configure(
-                conn, opts={"compare_type": True, "include_object": _audit_objects_only}
-            )
-            return compare_metadata(context, Base.metadata)
-    finally:
-        engine.dispose()
 
 
 class TestMigrations:
