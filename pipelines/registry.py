@@ -19,7 +19,7 @@ from docqa.runtime import Runtime
 Builder = Callable[..., QAPipeline]
 
 # Modules that register strategies when imported; a new strategy adds its module here.
-_STRATEGY_MODULES = ("docqa.pipelines.baselines", "docqa.pipelines.resp")
+_STRATEGY_MODULES = ("docqa.pipelines.baselines", "docqa.pipelines.resp", "docqa.pipelines.atrag")
 
 
 @dataclass(frozen=True)

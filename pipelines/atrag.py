@@ -1,0 +1,214 @@
+"""AT-RAG: topic-filtered retrieval, chain-of-thought answering, and an answer grader driving query rewrites.
+
+Per iteration: retrieve (narrowed to the question's topic, with a recorded fallback) -> reason and answer ->
+grade (hallucination, then usefulness) -> on failure rewrite the query and go again, at most
+`max_iterations` times; the last answer is returned when none passes. Questions about patient records with a
+time phrase ("in the last two years", "since 2015", "last visit") are resolved against an explicit `as_of`
+instant into patient and date-range filters, and then every record in the window is retrieved, not a top-k.
+
+Usage:
+    pipeline = build_pipeline("atrag", runtime, max_iterations=3)
+    result = pipeline.run("Abnormal lab results within the last year?", scope,
+                          as_of="2020-01-01T00:00:00Z", patient_id="ba18818d-...")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from docqa.access import AccessScope, restrict
+from docqa.components.answer_grader import AnswerGrader
+from docqa.components.cot_answer_generator import CoTAnswerGenerator
+from docqa.components.prompt_templates import load_prompt, prompt_fingerprint
+from docqa.components.query_rewriter import QueryRewriter
+from docqa.components.record_window_retriever import RecordWindowRetriever
+from docqa.components.time_scope_resolver import TimeScopeResolver
+from docqa.components.topic_assigner import TopicAssigner
+from docqa.components.topic_filtered_retriever import TopicFilteredRetriever
+from docqa.pipelines.base import citations_from_documents, finish, validate_question
+from docqa.pipelines.registry import register
+from docqa.recording import StepRecorder, document_summary
+from docqa.result import PipelineResult
+from docqa.runtime import Runtime
+
+STOP_ACCEPTED = "answer_accepted"
+STOP_MAX_ITERATIONS = "max_iterations"
+STOP_NO_NEW_QUERY = "no_new_query"
+
+
+def topic_model_dir(data_dir: Path, tenant: str) -> Path:
+    """One directory of topic model versions per tenant (a readable, collision-free name)."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)[:40]
+    return Path(data_dir) / "topic_models" / f"{readable}-{hashlib.sha256(tenant.encode()).hexdigest()[:8]}"
+
+
+def _and(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
+    present = [f for f in filters if f]
+    if not present:
+        return None
+    return present[0] if len(present) == 1 else {"operator": "AND", "conditions": present}
+
+
+class ATRAGPipeline:
+    """The AT-RAG driver loop; collaborators are components, topic models are per tenant."""
+
+    name = "atrag"
+
+    def __init__(
+        self,
+        *,
+        ranked_retriever: Any,
+        record_retriever: RecordWindowRetriever,
+        topic_assigner_for: Callable[[str], TopicAssigner],
+        time_resolver: TimeScopeResolver,
+        generator: CoTAnswerGenerator,
+        grader: AnswerGrader,
+        rewriter: QueryRewriter,
+        top_k: int,
+        max_iterations: int,
+        min_topic_probability: float,
+        max_scoped_records: int,
+        max_question_chars: int,
+        models: dict[str, str | None] | None = None,
+    ) -> None:
+        if max_iterations < 1:
+            raise ValueError("max_iterations must be at least 1")
+        self.ranked_retriever = ranked_retriever
+        self.record_retriever = record_retriever
+        self.topic_assigner_for = topic_assigner_for
+        self.time_resolver = time_resolver
+        self.generator = generator
+        self.grader = grader
+        self.rewriter = rewriter
+        self.top_k = top_k
+        self.max_iterations = max_iterations
+        self.min_topic_probability = min_topic_probability
+        self.max_scoped_records = max_scoped_records
+        self.max_question_chars = max_question_chars
+        self.models = models or {}
+        self._retrievers: dict[tuple[str, bool], TopicFilteredRetriever] = {}
+        self._lock = threading.Lock()
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.name,
+            "models": self.models,
+            "top_k": self.top_k,
+            "max_iterations": self.max_iterations,
+            "min_topic_probability": self.min_topic_probability,
+            "max_scoped_records": self.max_scoped_records,
+            "prompts": {
+                "atrag_answer": prompt_fingerprint(self.generator.prompt_template),
+                "atrag_grade_grounded": prompt_fingerprint(self.grader.grounded_template),
+                "atrag_grade_useful": prompt_fingerprint(self.grader.useful_template),
+                "atrag_rewrite": prompt_fingerprint(self.rewriter.prompt_template),
+            },
+        }
+
+    def _topic_retriever(self, tenant: str, scoped: bool) -> TopicFilteredRetriever:
+        with self._lock:
+            key = (tenant, scoped)
+            if key not in self._retrievers:
+                # A time window asks for all its records: any record of the topic in it is enough to narrow.
+                self._retrievers[key] = TopicFilteredRetriever(
+                    retriever=self.record_retriever if scoped else self.ranked_retriever,
+                    topic_assigner=self.topic_assigner_for(tenant),
+                    min_probability=self.min_topic_probability,
+                    min_documents=1 if scoped else None,
+                    top_k=self.max_scoped_records if scoped else self.top_k,
+                )
+            return self._retrievers[key]
+
+    def run(self, question: str, scope: AccessScope, filters: dict[str, Any] | None = None, *,
+            as_of: str | None = None, patient_id: str | None = None) -> PipelineResult:
+        """Answer `question` for `scope`; `as_of` (ISO, default now) anchors relative time phrases."""
+        question = validate_question(question, self.max_question_chars)
+        recorder = StepRecorder()
+        with recorder.step("time_scope", "time_scope_resolver",
+                           inputs={"question": question, "as_of": as_of, "patient_id": patient_id}) as step:
+            resolved = self.time_resolver.run(question=question, as_of=as_of, patient_id=patient_id,
+                                              filters=restrict(scope, filters))
+            time_scope = resolved["scope"]
+            step.outputs.update(scope=time_scope.to_dict(), filters=resolved["filters"])
+        scoped = time_scope.kind != "none"
+        effective = restrict(scope, _and(filters, resolved["filters"]))
+        retriever = self._topic_retriever(scope.tenant, scoped)
+        top_k = self.max_scoped_records if scoped else self.top_k
+        queries = [question]
+        answer, cited, stop_reason = "", [], STOP_MAX_ITERATIONS
+        for iteration in range(1, self.max_iterations + 1):
+            query = queries[-1]
+            with recorder.step("retrieval", "topic_filtered_retriever", inputs={
+                "query": query, "iteration": iteration, "filters": effective, "top_k": top_k,
+                "record_window": scoped,
+            }) as step:
+                retrieved = retriever.run(query=query, filters=effective, top_k=top_k)
+                documents = retrieved["documents"]
+                step.outputs.update(topic=retrieved["topic"], documents=[document_summary(d) for d in documents])
+            with recorder.step("reasoning", "cot_answer_generator",
+                               inputs={"question": question, "iteration": iteration}) as step:
+                generated = self.generator.run(question=question, documents=documents)
+                answer, cited = generated["answer"], generated["cited_documents"]
+                step.outputs.update(reasoning=generated["reasoning"], answer=answer,
+                                    prompt_document_ids=[d.id for d in generated["prompt_documents"]],
+                                    cited_document_ids=[d.id for d in cited])
+            with recorder.step("grading", "answer_grader", inputs={"iteration": iteration, "answer": answer}) as step:
+                grade = self.grader.run(question=question, answer=answer, documents=generated["prompt_documents"])
+                step.outputs.update(grade)
+            if grade["passed"]:
+                stop_reason = STOP_ACCEPTED
+                break
+            if iteration == self.max_iterations:
+                break
+            with recorder.step("rewrite", "query_rewriter",
+                               inputs={"previous_queries": list(queries), "feedback": grade["feedback"]}) as step:
+                rewritten = self.rewriter.run(question=question, previous_queries=queries, feedback=grade["feedback"])
+                step.outputs.update(rewritten)
+            if rewritten["query"] is None:
+                stop_reason = STOP_NO_NEW_QUERY
+                break
+            queries.append(rewritten["query"])
+        return finish(self, question, answer, citations_from_documents(cited), recorder, stop_reason=stop_reason)
+
+
+@register("atrag", "AT-RAG: topic-filtered retrieval, chain-of-thought answer, graded with bounded query rewrites; "
+                   "time-scoped questions over patient records.")
+def build_atrag(runtime: Runtime, top_k: int | None = None, max_iterations: int = 3,
+                min_topic_probability: float = 0.5, max_scoped_records: int = 200,
+                max_tokens: int | None = None) -> ATRAGPipeline:
+    settings = runtime.settings
+    top_k = top_k or settings.top_k
+    prompts_dir = settings.prompts_dir
+    assigners: dict[str, TopicAssigner] = {}
+
+    def topic_assigner_for(tenant: str) -> TopicAssigner:
+        if tenant not in assigners:
+            assigners[tenant] = TopicAssigner(topic_model_dir(settings.data_dir, tenant),
+                                              text_embedder=runtime.text_embedder())
+        return assigners[tenant]
+
+    return ATRAGPipeline(
+        ranked_retriever=runtime.retriever(top_k),
+        record_retriever=RecordWindowRetriever(runtime.document_store, top_k=max_scoped_records),
+        topic_assigner_for=topic_assigner_for,
+        time_resolver=TimeScopeResolver(runtime.document_store),
+        generator=CoTAnswerGenerator(runtime.chat_generator("generator"),
+                                     prompt_template=load_prompt("atrag_answer", prompts_dir),
+                                     max_tokens=max_tokens or max(settings.llm_max_tokens, 384)),
+        grader=AnswerGrader(runtime.chat_generator("grader"),
+                            grounded_template=load_prompt("atrag_grade_grounded", prompts_dir),
+                            useful_template=load_prompt("atrag_grade_useful", prompts_dir)),
+        rewriter=QueryRewriter(runtime.chat_generator("planner"),
+                               prompt_template=load_prompt("atrag_rewrite", prompts_dir)),
+        top_k=top_k,
+        max_iterations=max_iterations,
+        min_topic_probability=min_topic_probability,
+        max_scoped_records=max_scoped_records,
+        max_question_chars=settings.max_question_chars,
+        models={role: settings.endpoint_for(role).model for role in ("generator", "grader", "planner")},
+    )

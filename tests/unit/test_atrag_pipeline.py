@@ -1,0 +1,179 @@
+"""The AT-RAG driver loop with a scripted model: grading, bounded rewrites, steps, time-scoped records."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from haystack import Document
+
+from docqa.access import AccessScope
+from docqa.components.answer_grader import AnswerGrader
+from docqa.components.cot_answer_generator import CoTAnswerGenerator
+from docqa.components.query_rewriter import QueryRewriter
+from docqa.components.record_window_retriever import RecordWindowRetriever
+from docqa.components.time_scope_resolver import TimeScopeResolver
+from docqa.components.topic_assigner import TopicAssigner
+from docqa.ingestion.records import parse_fhir_bundle
+from docqa.ingestion.records.fhir import KEPT_RESOURCE_TYPES
+from docqa.pipelines.atrag import STOP_ACCEPTED, STOP_MAX_ITERATIONS, STOP_NO_NEW_QUERY, ATRAGPipeline
+from docqa.stores.embedded import EmbeddedDocumentStore
+from docqa.stores.filters import StoredRecord, compile_filters
+from tests.support.hash_embedder import HashTextEmbedder
+from tests.support.scripted_chat import ScriptedChatGenerator
+
+FHIR_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "records" / "synthea_fhir_r4"
+SCOPE = AccessScope(tenant="t", principals=frozenset({"alice"}))
+GROUNDED = r"supported by the documents"
+USEFUL = r"answer the question \(Yes or No\)"
+REWRITE = r"Write one better search query"
+
+
+class ListRetriever:
+    def __init__(self, documents: list[Document]) -> None:
+        self.documents = documents
+        self.queries: list[str] = []
+
+    def run(self, query: str, filters: dict[str, Any] | None = None, top_k: int = 5) -> dict[str, Any]:
+        self.queries.append(query)
+        predicate = compile_filters(filters) if filters else (lambda _: True)
+        return {"documents": [d for d in self.documents if predicate(StoredRecord(id=d.id, meta=d.meta))][:top_k]}
+
+
+def _pipeline(tmp_path: Path, llm: ScriptedChatGenerator, documents: list[Document] | None = None,
+              store: Any | None = None, max_iterations: int = 3) -> tuple[ATRAGPipeline, ListRetriever]:
+    ranked = ListRetriever(documents or [
+        Document(id="d1", content="Paris is the capital of France.", meta={"tenant": "t", "access": ["alice"]}),
+        Document(id="d2", content="Secret plan.", meta={"tenant": "t", "access": ["bob"]}),
+    ])
+    store = store or EmbeddedDocumentStore(str(tmp_path / "store.sqlite3"))
+    pipeline = ATRAGPipeline(
+        ranked_retriever=ranked,
+        record_retriever=RecordWindowRetriever(store, top_k=500),
+        topic_assigner_for=lambda tenant: TopicAssigner(tmp_path / "topics" / tenant, text_embedder=HashTextEmbedder()),
+        time_resolver=TimeScopeResolver(store),
+        generator=CoTAnswerGenerator(llm),
+        grader=AnswerGrader(llm),
+        rewriter=QueryRewriter(llm),
+        top_k=5, max_iterations=max_iterations, min_topic_probability=0.5, max_scoped_records=500,
+        max_question_chars=2000,
+    )
+    return pipeline, ranked
+
+
+class TestGradedLoop:
+    def test_accepted_answer_stops_the_loop(self, tmp_path: Path) -> None:
+        llm = ScriptedChatGenerator(rules=[(GROUNDED, "Yes"), (USEFUL, "Yes")],
+                                    default="[1] says so.\nAnswer: Paris [1].")
+        pipeline, _ = _pipeline(tmp_path, llm)
+        result = pipeline.run("What is the capital of France?", SCOPE)
+        assert (result.answer, result.stop_reason) == ("Paris [1].", STOP_ACCEPTED)
+        assert [s.kind for s in result.steps] == ["time_scope", "retrieval", "reasoning", "grading"]
+        assert [c.document_id for c in result.citations] == ["d1"]
+        assert result.steps[1].outputs["topic"]["mode"] == "no_topic_model"
+        assert result.steps[2].outputs["reasoning"] == "[1] says so."
+        assert result.totals.llm_calls == 3
+
+    def test_failed_grades_rewrite_until_n_and_return_the_last_answer(self, tmp_path: Path) -> None:
+        llm = ScriptedChatGenerator(
+            rules=[(REWRITE, ['{"query": "capital city France"}', '{"query": "France capital"}',
+                              '{"query": "never used"}']), (GROUNDED, "No")],
+            default="Answer: Lyon")
+        pipeline, ranked = _pipeline(tmp_path, llm, max_iterations=3)
+        result = pipeline.run("What is the capital of France?", SCOPE)
+        kinds = [s.kind for s in result.steps]
+        assert kinds.count("retrieval") == 3 and kinds.count("grading") == 3 and kinds.count("rewrite") == 2
+        assert result.stop_reason == STOP_MAX_ITERATIONS and result.answer == "Lyon"
+        assert ranked.queries == ["What is the capital of France?", "capital city France", "France capital"]
+        grades = [s.outputs for s in result.steps if s.kind == "grading"]
+        assert all(g["passed"] is False and g["grounded"] is False for g in grades)
+
+    def test_rewriter_repeating_itself_stops_early(self, tmp_path: Path) -> None:
+        llm = ScriptedChatGenerator(rules=[(REWRITE, '{"query": "What is the capital of France?"}'), (GROUNDED, "No")],
+                                    default="Answer: Lyon")
+        pipeline, ranked = _pipeline(tmp_path, llm, max_iterations=5)
+        result = pipeline.run("What is the capital of France?", SCOPE)
+        assert result.stop_reason == STOP_NO_NEW_QUERY
+        assert len(ranked.queries) == 1
+
+    def test_garbage_from_the_model_terminates(self, tmp_path: Path) -> None:
+        pipeline, _ = _pipeline(tmp_path, ScriptedChatGenerator(default="{{{ ]]] \x00"), max_iterations=4)
+        result = pipeline.run("What is the capital of France?", SCOPE)
+        assert result.stop_reason in (STOP_NO_NEW_QUERY, STOP_MAX_ITERATIONS)
+        assert len([s for s in result.steps if s.kind == "retrieval"]) <= 4
+
+    def test_only_permitted_documents_are_retrieved(self, tmp_path: Path) -> None:
+        llm = ScriptedChatGenerator(rules=[(GROUNDED, "Yes"), (USEFUL, "Yes")], default="Answer: x")
+        pipeline, _ = _pipeline(tmp_path, llm)
+        result = pipeline.run("What is the plan?", SCOPE)
+        retrieved = [d["id"] for d in result.steps[1].outputs["documents"]]
+        assert retrieved == ["d1"]
+
+    def test_config_names_prompts_and_bounds(self, tmp_path: Path) -> None:
+        pipeline, _ = _pipeline(tmp_path, ScriptedChatGenerator(default="x"), max_iterations=2)
+        config = pipeline.config()
+        assert config["max_iterations"] == 2
+        assert set(config["prompts"]) == {"atrag_answer", "atrag_grade_grounded", "atrag_grade_useful",
+                                          "atrag_rewrite"}
+
+    def test_invalid_iterations(self, tmp_path: Path) -> None:
+        with pytest.raises(ValueError):
+            _pipeline(tmp_path, ScriptedChatGenerator(default="x"), max_iterations=0)
+
+
+def _source_dates(resource: dict[str, Any]) -> str | None:
+    for key in ("effectiveDateTime", "onsetDateTime", "authoredOn", "occurrenceDateTime", "recordedDate"):
+        if resource.get(key):
+            return resource[key]
+    for key in ("period", "performedPeriod", "effectivePeriod"):
+        if (resource.get(key) or {}).get("start"):
+            return resource[key]["start"]
+    return None
+
+
+@pytest.mark.skipif(not FHIR_DIR.is_dir(), reason=f"shared Synthea data not found at {FHIR_DIR}")
+class TestTimeScopedRecords:
+    def test_retrieved_set_is_exactly_the_patients_records_in_the_window(self, tmp_path: Path) -> None:
+        bundles = sorted(FHIR_DIR.glob("*.json"))[:2]
+        store = EmbeddedDocumentStore(str(tmp_path / "store.sqlite3"))
+        for path in bundles:
+            store.write_documents(parse_fhir_bundle(path, tenant="t", access=["alice"]))
+        source = json.loads(bundles[0].read_text())
+        patient = next(e["resource"]["id"] for e in source["entry"] if e["resource"]["resourceType"] == "Patient")
+        as_of = "2015-06-01T00:00:00+00:00"
+        start, end = datetime.fromisoformat("2013-06-01T00:00:00+00:00"), datetime.fromisoformat(as_of)
+        gold = {
+            e["resource"]["id"] for e in source["entry"]
+            if e["resource"]["resourceType"] in KEPT_RESOURCE_TYPES and _source_dates(e["resource"])
+            and start <= datetime.fromisoformat(_source_dates(e["resource"])) <= end
+        }
+        assert gold, "the chosen window should hold records"
+        llm = ScriptedChatGenerator(rules=[(GROUNDED, "Yes"), (USEFUL, "Yes")], default="Answer: ok")
+        pipeline, ranked = _pipeline(tmp_path, llm, store=store)
+        result = pipeline.run("What happened to the patient in the last two years?", SCOPE, as_of=as_of,
+                              patient_id=patient)
+        retrieval = next(s for s in result.steps if s.kind == "retrieval")
+        retrieved = {d["source"].rsplit("/", 1)[1] for d in retrieval.outputs["documents"]}
+        assert retrieved == gold
+        assert ranked.queries == []  # a window is read in full, not ranked
+        assert result.steps[0].outputs["scope"]["start_utc"] == "2013-06-01T00:00:00Z"
+
+    def test_records_the_caller_may_not_read_stay_out_of_the_window(self, tmp_path: Path) -> None:
+        store = EmbeddedDocumentStore(str(tmp_path / "store.sqlite3"))
+        base = {"tenant": "t", "patient_id": "p1", "record_type": "lab_result",
+                "effective_start_utc": "2020-01-01T00:00:00Z"}
+        store.write_documents([
+            Document(id="mine", content="Glucose 90", meta={**base, "access": ["alice"]}),
+            Document(id="hidden", content="HIV test", meta={**base, "access": ["group:restricted"]}),
+            Document(id="old", content="Glucose 80", meta={**base, "access": ["alice"],
+                                                          "effective_start_utc": "2010-01-01T00:00:00Z"}),
+        ])
+        llm = ScriptedChatGenerator(rules=[(GROUNDED, "Yes"), (USEFUL, "Yes")], default="Answer: ok")
+        pipeline, _ = _pipeline(tmp_path, llm, store=store)
+        result = pipeline.run("Lab results in the last year?", SCOPE, as_of="2020-06-01T00:00:00Z", patient_id="p1")
+        retrieval = next(s for s in result.steps if s.kind == "retrieval")
+        assert [d["id"] for d in retrieval.outputs["documents"]] == ["mine"]
+        assert "HIV" not in json.dumps([s.to_dict() for s in result.steps])
