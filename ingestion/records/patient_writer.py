@@ -40,10 +40,11 @@ def write_patient_records(store: Any, documents: list[Document], *, tenant: str,
                if d.meta.get("tenant") != tenant or d.meta.get("patient_id") != patient_id]
     if foreign:
         raise ValueError(f"{len(foreign)} documents do not belong to patient {patient_id} of tenant {tenant}")
-    if topic_assigner is not None and documents:
-        documents = topic_assigner.run(documents=documents)["documents"]
+    # Embed first: topics of documents without a known record type come from their embeddings.
     if embedder is not None and documents:
         documents = embedder.run(documents=documents)["documents"]
+    if topic_assigner is not None and documents:
+        documents = topic_assigner.run(documents=documents)["documents"]
     new_ids = {d.id for d in documents}
     stale = [d.id for d in store.filter_documents(filters=patient_filters(tenant, patient_id)) if d.id not in new_ids]
     if stale:
