@@ -334,6 +334,9 @@ def _failure(source: Source, exc: Exception, code: str = "invalid_document", pre
         reason, code = exc.message, exc.code
     else:
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+    # Converter messages start with the file name for one-file callers; the item already names its source.
+    for name in (str(source.path), source.name):
+        reason = reason.removeprefix(f"{name}: ")
     return ItemResult(source.source_id, source.label, "failed", reason=prefix + reason, code=code)
 
 

@@ -170,3 +170,33 @@ class TestCrashRecovery:
 def _item_ids(settings: Settings, job_id: str) -> list[int]:
     with job_sessions(settings)() as session:
         return list(session.scalars(select(IngestItem.id).where(IngestItem.job_id == job_id)).all())
+
+
+class TestJobsCommands:
+    def test_submit_status_delete(self, settings, tmp_path, monkeypatch, capsys) -> None:
+        from docqa.cli import main
+
+        monkeypatch.setenv("DOCQA_DATA_DIR", str(tmp_path))
+        (tmp_path / "ok.txt").write_text("expense reports are due within 30 days")
+        (tmp_path / "empty.txt").write_text("")
+
+        assert main(["jobs", "submit", "-q", str(tmp_path / "ok.txt"), str(tmp_path / "empty.txt")]) == 1
+        out, err = capsys.readouterr()
+        job_id = out.splitlines()[0]
+        assert "1 written (1 chunks)" in out
+        assert f"failed: {tmp_path / 'empty.txt'}: file is empty" in err
+
+        assert main(["jobs", "status", job_id, "--json"]) == 0
+        assert '"status": "completed_with_errors"' in capsys.readouterr().out
+
+        assert main(["jobs", "delete", str(tmp_path / "ok.txt"), "--tenant", "default"]) == 0
+        assert FakeRuntime.store.count_documents() == 0
+        assert main(["jobs", "delete", str(tmp_path / "ok.txt")]) == 2
+
+    def test_worker_needs_a_broker(self, settings, tmp_path, monkeypatch, capsys) -> None:
+        from docqa.cli import main
+
+        monkeypatch.setenv("DOCQA_DATA_DIR", str(tmp_path))
+        monkeypatch.delenv("DOCQA_BROKER_URL", raising=False)
+        assert main(["worker"]) == 2
+        assert "needs DOCQA_BROKER_URL" in capsys.readouterr().err
