@@ -11,7 +11,7 @@ from docqa.server.audit.models import AUDIT_TABLES
 from docqa.server.audit.recorder import answer_with_audit
 from docqa.server.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
-from tests.support.audit import SECRET, audit_schema_differences, fill, traces
+from tests.support.audit import SECRET, fill, schema_differences, traces
 from tests.support.audit_contract import AuditTrailContract, verify
 from tests.support.postgres import database_url, login_role, throwaway_database
 
@@ -56,7 +56,7 @@ class TestPostgresMigrations:
         engine.dispose()
         assert triggers(pg_url) == set()
         upgrade_database(settings)
-        assert audit_schema_differences(pg_url) == []
+        assert schema_differences(pg_url) == []
         assert {f"{t}_append_only" for t in AUDIT_TABLES} <= triggers(pg_url)
 
 

@@ -137,20 +137,13 @@ def session_for(settings: Settings) -> Session:
     return session_factory(settings)()
 
 
-def _audit_objects_only(obj, name, type_, reflected, compare_to) -> bool:
-    # Other layers' tables get their own migrations and tests; this compares the audit trail's.
-    table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", "")
-    return str(table).startswith("audit_")
-
-
-def audit_schema_differences(url: str) -> list:
+def schema_differences(url: str) -> list:
+    """What autogenerate would change: every model module (`MODEL_MODULES`) against the migrated database."""
     import_models()
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            context = MigrationContext.configure(
-                conn, opts={"compare_type": True, "include_object": _audit_objects_only}
-            )
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
             return compare_metadata(context, Base.metadata)
     finally:
         engine.dispose()

@@ -16,7 +16,7 @@ from docqa.server.audit.models import AUDIT_TABLES
 from docqa.server.audit.scrub import clean, secret_values
 from docqa.server.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
-from tests.support.audit import SECRET, audit_schema_differences, fill, tamper
+from tests.support.audit import SECRET, fill, schema_differences, tamper
 from tests.support.audit_contract import AuditTrailContract
 
 
@@ -40,13 +40,13 @@ class TestMigrations:
         downgrade_database(settings, "base")
         assert not set(AUDIT_TABLES) & set(inspect(create_engine(url)).get_table_names())
         upgrade_database(settings)
-        assert audit_schema_differences(url) == []
+        assert schema_differences(url) == []
 
     def test_a_model_change_without_migration_is_noticed(self, tmp_path):
         settings = Settings(data_dir=tmp_path)
         upgrade_database(settings)
         tamper(settings, ("ALTER TABLE audit_anchors ADD COLUMN stray TEXT", {}))
-        assert audit_schema_differences(settings.resolved_database_url()) != []
+        assert schema_differences(settings.resolved_database_url()) != []
 
 
 class TestKeys:
