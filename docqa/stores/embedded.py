@@ -380,6 +380,9 @@ class EmbeddedDocumentStore:
     async def delete_documents_async(self, document_ids: list[str]) -> None:
         await asyncio.to_thread(self.delete_documents, document_ids)
 
+    async def delete_all_documents_async(self) -> None:
+        await asyncio.to_thread(self.delete_all_documents)
+
     async def bm25_retrieval_async(
         self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False
     ) -> list[Document]:

@@ -15,6 +15,13 @@ from haystack.testing.document_store import (
     GetMetadataFieldsInfoTest,
     GetMetadataFieldUniqueValuesTest,
 )
+from haystack.testing.document_store_async import (
+    CountDocumentsAsyncTest,
+    DeleteAllAsyncTest,
+    DeleteDocumentsAsyncTest,
+    FilterDocumentsAsyncTest,
+    WriteDocumentsAsyncTest,
+)
 
 
 class TestDocumentStoreConformance(
@@ -46,3 +53,27 @@ class TestDocumentStoreConformance(
         with pytest.raises(DuplicateDocumentError):
             document_store.write_documents([doc])
         self.assert_documents_are_equal(document_store.filter_documents(), [doc])
+
+
+class TestDocumentStoreConformanceAsync(
+    CountDocumentsAsyncTest,
+    WriteDocumentsAsyncTest,
+    DeleteDocumentsAsyncTest,
+    FilterDocumentsAsyncTest,
+    DeleteAllAsyncTest,
+):
+    """The async half of the protocol (what FastAPI handlers call), same stores."""
+
+    @pytest.fixture
+    def document_store(self, contract_store):
+        return contract_store
+
+    def assert_documents_are_equal(self, received: list[Document], expected: list[Document]) -> None:
+        TestDocumentStoreConformance.assert_documents_are_equal(self, received, expected)
+
+    async def test_write_documents_async(self, document_store) -> None:
+        doc = Document(content="test doc")
+        assert await document_store.write_documents_async([doc]) == 1
+        with pytest.raises(DuplicateDocumentError):
+            await document_store.write_documents_async([doc])
+        self.assert_documents_are_equal(await document_store.filter_documents_async(), [doc])
