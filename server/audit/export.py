@@ -80,9 +80,9 @@ def verify_jsonl(path: Path, key: bytes, *, start: ChainPosition | None = None) 
         except (TypeError, KeyError, ValueError, AttributeError):
             checker.broken = BrokenLink(None, None, f"line {number} is not a trace record with a proof")
             break
-        first_seq = seq if first_seq is None else first_seq
-        if start is None and seq != checker.head.seq + 1:
+        if start is None and (first_seq is None or seq != checker.head.seq + 1):
             checker.head = ChainPosition(seq - 1, prev_mac)
+        first_seq = seq if first_seq is None else first_seq
         if not checker.check(seq, trace_id, prev_mac, mac, payload):
             break
     base = start.seq if start is not None else (first_seq or 1) - 1

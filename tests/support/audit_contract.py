@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import func, select
 
 from docqa.server.audit.canonical import trace_payload
+from docqa.server.audit.chain import GENESIS_MAC, ChainPosition
 from docqa.server.audit.checkpoint import create_checkpoint
 from docqa.server.audit.export import export_jsonl, verify_jsonl
 from docqa.server.audit.keys import hmac_key, signing_key, verify_key
@@ -317,6 +318,15 @@ class AuditTrailContract:
         assert report.ok and report.checked == 2 and report.head_seq == 3
         out.write_text(out.read_text().replace("Jane Roe in 1901", "John Doe in 1901", 1))
         assert verify_jsonl(out, hmac_key(settings)).broken.seq == 2
+        with session_for(settings) as session:
+            assert export_jsonl(session, out) == 3
+        full = verify_jsonl(out, hmac_key(settings))
+        assert full.ok and full.checked == 3
+        lines = out.read_text().splitlines(keepends=True)
+        out.write_text(lines[0] + lines[2])
+        # Without a start a gap is allowed (a filtered export); continuing from the genesis it is not.
+        assert verify_jsonl(out, hmac_key(settings)).ok
+        assert verify_jsonl(out, hmac_key(settings), start=ChainPosition(0, GENESIS_MAC)).broken.seq == 2
 
     def test_retention_archives_a_prefix_and_the_chain_still_verifies(self, settings, tmp_path):
         for month in (1, 2, 3):
