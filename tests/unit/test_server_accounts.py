@@ -1,0 +1,84 @@
+"""Accounts: hashed API keys, tenant-scoped users and groups, the scope derived from a caller."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from docqa.access import AccessScope
+from docqa.db import Base
+from docqa.server.accounts import directory, keys
+from docqa.server.accounts.directory import AccountError
+from docqa.server.accounts.identity import Caller
+from docqa.server.accounts.models import ApiKey
+
+
+@pytest.fixture
+def session():
+    engine = create_engine("sqlite://")
+    Base.metadata.create_all(engine)
+    with Session(engine) as s:
+        yield s
+
+
+class TestKeys:
+    def test_only_the_digest_is_stored_and_the_key_verifies(self, session):
+        directory.create_user(session, "acme", "alice", "user", ["finance", "hr"])
+        key, row = keys.create_key(session, "acme", "alice", "laptop")
+        stored = session.scalar(select(ApiKey))
+        assert key.split("_", 2)[2] not in (stored.secret_sha256, stored.name, stored.id)
+        caller = keys.verify_key(session, key)
+        assert caller == Caller("alice", "acme", "user", frozenset({"finance", "hr"}), row.id)
+
+    @pytest.mark.parametrize("mangle", [lambda k: k[:-1] + ("A" if k[-1] != "A" else "B"), lambda k: "x" + k,
+                                        lambda k: k.replace("dq_", "xx_"), lambda k: "", lambda k: "dq__"])
+    def test_wrong_keys_do_not_verify(self, session, mangle):
+        directory.create_user(session, "acme", "alice", "user")
+        key, _ = keys.create_key(session, "acme", "alice")
+        assert keys.verify_key(session, mangle(key)) is None
+
+    def test_revoked_keys_and_inactive_users_do_not_verify(self, session):
+        directory.create_user(session, "acme", "alice", "user")
+        key, row = keys.create_key(session, "acme", "alice")
+        keys.revoke_key(session, "acme", row.id)
+        assert keys.verify_key(session, key) is None
+        other, _ = keys.create_key(session, "acme", "alice")
+        directory.deactivate_user(session, "acme", "alice")
+        assert keys.verify_key(session, other) is None
+        with pytest.raises(AccountError):
+            keys.create_key(session, "acme", "alice")
+
+    def test_keys_of_another_tenant_are_not_found(self, session):
+        directory.create_user(session, "acme", "alice", "user")
+        _, row = keys.create_key(session, "acme", "alice")
+        with pytest.raises(AccountError) as caught:
+            keys.revoke_key(session, "globex", row.id)
+        assert caught.value.code == "not_found"
+        assert keys.list_keys(session, "globex") == []
+
+
+class TestDirectory:
+    def test_names_roles_and_duplicates_are_checked(self, session):
+        with pytest.raises(AccountError):
+            directory.create_user(session, "acme", "bad name", "user")
+        with pytest.raises(AccountError):
+            directory.create_user(session, "acme", "alice", "superuser")
+        directory.create_user(session, "acme", "alice", "user")
+        with pytest.raises(AccountError) as caught:
+            directory.create_user(session, "globex", "alice", "user")
+        assert caught.value.code == "conflict"
+
+    def test_groups_are_per_tenant(self, session):
+        directory.create_user(session, "acme", "alice", "user", ["finance"])
+        directory.create_user(session, "globex", "dave", "user", ["finance"])
+        assert [g.name for g in directory.list_groups(session, "acme")] == ["finance"]
+        assert [u.id for u in directory.get_group(session, "globex", "finance").members] == ["dave"]
+        with pytest.raises(AccountError):
+            directory.set_membership(session, "globex", "finance", "alice", True)
+
+
+def test_caller_scope_holds_user_and_groups_only():
+    scope = Caller("alice", "acme", "user", frozenset({"finance"})).scope()
+    assert scope == AccessScope("acme", frozenset({"user:alice", "group:finance"}))
+    assert scope.effective_principals == ["everyone", "group:finance", "user:alice"]
