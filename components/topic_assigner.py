@@ -76,8 +76,11 @@ class TopicAssigner:
         self._loaded = False
 
     def warm_up(self) -> None:
-        if not self._loaded:
-            self._model = self._store.load(self.version)
+        # Unpinned assigners follow the latest version, so an admin refit reaches running servers.
+        wanted = self.version if self.version is not None else self._store.latest_version()
+        current = self._model.version if self._model is not None else None
+        if not self._loaded or current != wanted:
+            self._model = self._store.load(wanted) if wanted is not None else None
             self._loaded = True
 
     @property

@@ -202,3 +202,14 @@ class TestTopicFilteredRetriever:
 
 def test_hash_vector_is_deterministic() -> None:
     assert hash_vector("glucose lab") == hash_vector("lab glucose")
+
+
+def test_unpinned_assigner_follows_a_refit(tmp_path: Path) -> None:
+    running = TopicAssigner(tmp_path, text_embedder=HashTextEmbedder())
+    assert running.run(query="glucose")["query_topic"] is None
+    TopicAssigner(tmp_path).fit(_corpus())
+    assert running.run(query="glucose")["query_topic"].version == 1
+    TopicAssigner(tmp_path).fit(_corpus())
+    assert running.run(query="glucose")["query_topic"].version == 2
+    pinned = TopicAssigner(tmp_path, version=1, text_embedder=HashTextEmbedder())
+    assert pinned.run(query="glucose")["query_topic"].version == 1
