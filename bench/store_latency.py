@@ -190,7 +190,7 @@ def main() -> None:
     print("query embedding (MiniLM, one query)", percentiles(timed(lambda i: text_embedder.run(text=queries[i]), 50)))
     for n in args.sizes:
         docs = corpus(texts, vectors, n)
-        print(f"N = {n}", flush=True)
+        print(f"N = {n}  (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)", flush=True)
         with tempfile.TemporaryDirectory() as workdir:
             bench_embedded(docs, queries, query_vectors, Path(workdir))
         bench_bm25s(docs, queries)

@@ -415,13 +415,15 @@ class EmbeddedDocumentStore:
             found.update(r[0] for r in conn.execute(f"SELECT id FROM documents WHERE id IN ({_marks(batch)})", batch))
         return found
 
-    def _fetch_by_seq(self, seqs: Sequence[int], return_embedding: bool = True) -> dict[int, Document]:
+    def _fetch_by_seq(
+        self, seqs: Sequence[int], return_embedding: bool = True, scores: dict[int, float] | None = None
+    ) -> dict[int, Document]:
         """Documents by sequence number; rows deleted by another process meanwhile are simply absent."""
         conn = self._connection()
         found: dict[int, Document] = {}
         for batch in _batches(list(seqs)):
             for row in conn.execute(f"SELECT {_COLUMNS} FROM documents WHERE seq IN ({_marks(batch)})", batch):
-                found[row[0]] = _document(row, return_embedding)
+                found[row[0]] = _document(row, return_embedding, scores.get(row[0]) if scores else None)
         return found
 
     def _fetch(self, seqs: Sequence[int]) -> list[Document]:
@@ -429,12 +431,8 @@ class EmbeddedDocumentStore:
         return [found[s] for s in seqs if s in found]
 
     def _scored(self, hits: list[tuple[int, float]], return_embedding: bool) -> list[Document]:
-        found = self._fetch_by_seq([seq for seq, _ in hits], return_embedding)
-        docs = []
-        for seq, score in hits:
-            if seq in found:
-                docs.append(replace(found[seq], score=score))
-        return docs
+        found = self._fetch_by_seq([seq for seq, _ in hits], return_embedding, scores=dict(hits))
+        return [found[seq] for seq, _ in hits if seq in found]
 
     def _load_fields(self, seqs: Sequence[int], fields: set[str]) -> list[dict[str, Any]]:
         found = self._fetch_by_seq(seqs)
@@ -461,14 +459,16 @@ def _row(doc: Document) -> tuple[Any, ...]:
     return doc.id, doc.content, meta, blob, dtype, json.dumps(extra) if extra else None
 
 
-def _document(row: tuple[Any, ...], return_embedding: bool) -> Document:
+def _document(row: tuple[Any, ...], return_embedding: bool, score: float | None = None) -> Document:
     _, doc_id, content, meta, blob, dtype, extra = row
-    data: dict[str, Any] = {"id": doc_id, "content": content, "meta": json.loads(meta)}
+    embedding = None
     if return_embedding and blob is not None:
-        data["embedding"] = np.frombuffer(blob, dtype=dtype).astype(np.float64).tolist()
-    if extra:
-        data.update(json.loads(extra))
-    return Document.from_dict(data)
+        embedding = np.frombuffer(blob, dtype=dtype).astype(np.float64).tolist()
+    if not extra:
+        return Document(id=doc_id, content=content, meta=json.loads(meta), embedding=embedding, score=score)
+    data: dict[str, Any] = {"id": doc_id, "content": content, "meta": json.loads(meta), "embedding": embedding}
+    data.update(json.loads(extra))
+    return replace(Document.from_dict(data), score=score)
 
 
 def _vector(blob: bytes | None, dtype: str | None) -> np.ndarray | None:

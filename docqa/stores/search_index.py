@@ -26,7 +26,7 @@ import numpy as np
 from scipy import sparse
 
 from docqa.stores.filters import StoredRecord, compile_filters, referenced_fields
-from docqa.stores.tokenizer import tokenize
+from docqa.stores.tokenizer import STOP_WORDS, TOKEN, tokenize
 
 # Loads non-meta Document fields (content, blob, ...) for the given sequence numbers, for filters naming them.
 FieldLoader = Callable[[Sequence[int], set[str]], list[dict[str, Any]]]
@@ -75,7 +75,9 @@ class SearchIndex:
         self.k1 = k1
         self.b = b
         self.similarity = similarity
-        self.vocab: dict[str, int] = {}
+        # Looking up an unseen term assigns it the next id; queries test membership first and never add terms.
+        self.vocab = _Vocabulary()
+        self._stop = np.zeros(0, dtype=bool)
         self.segments: list[Segment] = []
         self._df = np.zeros(0, dtype=np.int64)
         self._indexed_docs = 0
@@ -107,18 +109,23 @@ class SearchIndex:
         self._maybe_merge()
 
     def _build_segment(self, rows: list[IndexedRow]) -> Segment:
-        vocab = self.vocab
+        # Hot path of index builds: one regex pass and one C-level dict lookup per token; stop words are
+        # dropped afterwards in numpy, through a per-term flag.
+        term_of = self.vocab.__getitem__
         term_ids: list[int] = []
-        doc_rows: list[int] = []
-        doc_len = np.zeros(len(rows), dtype=np.float32)
+        counts = np.zeros(len(rows), dtype=np.int64)
         for i, row in enumerate(rows):
-            ids = [vocab.setdefault(token, len(vocab)) for token in tokenize(row.content)]
+            ids = list(map(term_of, TOKEN.findall(row.content.lower()))) if row.content else []
             term_ids.extend(ids)
-            doc_rows.extend([i] * len(ids))
-            doc_len[i] = len(ids)
+            counts[i] = len(ids)
+        terms = np.asarray(term_ids, dtype=np.int64)
+        doc_rows = np.repeat(np.arange(len(rows)), counts)
+        keep = ~self._stop_flags()[terms]
+        terms, doc_rows = terms[keep], doc_rows[keep]
+        doc_len = np.bincount(doc_rows, minlength=len(rows)).astype(np.float32)
         tf = sparse.csc_matrix(
-            (np.ones(len(term_ids), dtype=np.float32), (np.asarray(doc_rows), np.asarray(term_ids))),
-            shape=(len(rows), len(vocab)),
+            (np.ones(len(terms), dtype=np.float32), (doc_rows, terms)),
+            shape=(len(rows), len(self.vocab)),
             dtype=np.float32,
         )
         tf.sum_duplicates()
@@ -135,6 +142,12 @@ class SearchIndex:
         self._count_stats(segment, sign=1)
         self._reweight(segment)
         return segment
+
+    def _stop_flags(self) -> np.ndarray:
+        if len(self._stop) < len(self.vocab):
+            terms = list(self.vocab)[len(self._stop) :]
+            self._stop = np.concatenate([self._stop, np.fromiter((t in STOP_WORDS for t in terms), dtype=bool)])
+        return self._stop
 
     def _dense_blocks(self, embeddings: list[np.ndarray | None]) -> dict[int, DenseBlock]:
         by_dim: dict[int, list[int]] = {}
@@ -286,6 +299,14 @@ class SearchIndex:
         else:
             segment.filter_masks.move_to_end(key)
         return mask & segment.alive
+
+
+class _Vocabulary(dict[str, int]):
+    """term -> id; a missing term gets the next id (C-speed lookups for known terms while indexing)."""
+
+    def __missing__(self, term: str) -> int:
+        term_id = self[term] = len(self)
+        return term_id
 
 
 def _evaluate(segment: Segment, filters: dict[str, Any], load_fields: FieldLoader) -> np.ndarray:
