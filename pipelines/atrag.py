@@ -180,7 +180,8 @@ class ATRAGPipeline:
                    "time-scoped questions over patient records.")
 def build_atrag(runtime: Runtime, top_k: int | None = None, max_iterations: int = 3,
                 min_topic_probability: float = 0.5, max_scoped_records: int = 200,
-                max_tokens: int | None = None) -> ATRAGPipeline:
+                max_tokens: int | None = None, max_prompt_documents: int = 20,
+                max_document_chars: int = 600) -> ATRAGPipeline:
     settings = runtime.settings
     top_k = top_k or settings.top_k
     prompts_dir = settings.prompts_dir
@@ -199,10 +200,12 @@ def build_atrag(runtime: Runtime, top_k: int | None = None, max_iterations: int 
         time_resolver=TimeScopeResolver(runtime.document_store),
         generator=CoTAnswerGenerator(runtime.chat_generator("generator"),
                                      prompt_template=load_prompt("atrag_answer", prompts_dir),
-                                     max_tokens=max_tokens or max(settings.llm_max_tokens, 384)),
+                                     max_tokens=max_tokens or settings.llm_max_tokens,
+                                     max_documents=max_prompt_documents, max_document_chars=max_document_chars),
         grader=AnswerGrader(runtime.chat_generator("grader"),
                             grounded_template=load_prompt("atrag_grade_grounded", prompts_dir),
-                            useful_template=load_prompt("atrag_grade_useful", prompts_dir)),
+                            useful_template=load_prompt("atrag_grade_useful", prompts_dir),
+                            max_documents=max_prompt_documents, max_document_chars=max_document_chars),
         rewriter=QueryRewriter(runtime.chat_generator("planner"),
                                prompt_template=load_prompt("atrag_rewrite", prompts_dir)),
         top_k=top_k,

@@ -26,6 +26,8 @@ BUNDLE = (Path(__file__).resolve().parents[3] / "shared" / "data" / "records" / 
 TENANT = "atrag-e2e"
 MAX_ITERATIONS = 2
 AS_OF = "2019-06-01T00:00:00Z"
+# Small prompts keep each call of the CPU model short on a busy machine.
+SMALL_PROMPTS = {"max_prompt_documents": 4, "max_document_chars": 200}
 STOP_REASONS = {atrag.STOP_ACCEPTED, atrag.STOP_MAX_ITERATIONS, atrag.STOP_NO_NEW_QUERY}
 
 
@@ -65,7 +67,7 @@ def _check_run(result, scope: AccessScope) -> list:
 def test_time_scoped_question_stays_in_the_window(patient_runtime: tuple[Runtime, str, list]) -> None:
     runtime, patient, documents = patient_runtime
     scope = AccessScope(TENANT, frozenset({"clinicians"}))
-    pipeline = build_pipeline("atrag", runtime, max_iterations=MAX_ITERATIONS)
+    pipeline = build_pipeline("atrag", runtime, max_iterations=MAX_ITERATIONS, **SMALL_PROMPTS)
     result = pipeline.run("What happened to the patient in the last two years?", scope, as_of=AS_OF,
                           patient_id=patient)
     retrievals = _check_run(result, scope)
@@ -78,7 +80,7 @@ def test_time_scoped_question_stays_in_the_window(patient_runtime: tuple[Runtime
 
 def test_unscoped_question_and_other_principals(patient_runtime: tuple[Runtime, str, list]) -> None:
     runtime, _, _ = patient_runtime
-    pipeline = build_pipeline("atrag", runtime, max_iterations=MAX_ITERATIONS)
+    pipeline = build_pipeline("atrag", runtime, max_iterations=MAX_ITERATIONS, **SMALL_PROMPTS)
     scope = AccessScope(TENANT, frozenset({"clinicians"}))
     _check_run(pipeline.run("Which vaccines has the patient received?", scope), scope)
     outsider = AccessScope(TENANT, frozenset({"billing"}))
