@@ -29,7 +29,7 @@ def format_timestamp(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def step_payload(step: AuditStep) -> dict[str, Any]:
+def step_payload(step: AuditStep | Any) -> dict[str, Any]:
     return {
         "position": int(step.position),
         "parent": None if step.parent is None else int(step.parent),
@@ -48,8 +48,11 @@ def step_payload(step: AuditStep) -> dict[str, Any]:
     }
 
 
-def trace_payload(trace: AuditTrace) -> dict[str, Any]:
-    """Everything recorded about a question except its chain link (`seq`, `prev_mac`, `mac`)."""
+def trace_payload(trace: AuditTrace | Any) -> dict[str, Any]:
+    """Everything recorded about a question except its chain link (`seq`, `prev_mac`, `mac`).
+
+    :param trace: an `AuditTrace`, or any object with its column attributes and `steps` (`verify.StoredTrace`).
+    """
     return {
         "format": FORMAT_VERSION,
         "id": trace.id,

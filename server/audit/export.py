@@ -22,10 +22,10 @@ from sqlalchemy.orm import Session
 from docqa.server.audit.canonical import canonical_bytes, trace_payload
 from docqa.server.audit.chain import ChainPosition
 from docqa.server.audit.models import AuditTrace
-from docqa.server.audit.verify import BrokenLink, LinkChecker, VerifyReport, iter_traces
+from docqa.server.audit.verify import BrokenLink, LinkChecker, StoredTrace, VerifyReport, iter_traces
 
 
-def export_line(trace: AuditTrace) -> bytes:
+def export_line(trace: AuditTrace | StoredTrace) -> bytes:
     record = {"trace": trace_payload(trace), "proof": {"seq": trace.seq, "prev_mac": trace.prev_mac, "mac": trace.mac}}
     return canonical_bytes(record) + b"\n"
 

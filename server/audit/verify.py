@@ -14,13 +14,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from docqa.server.audit.canonical import canonical_bytes, trace_payload
 from docqa.server.audit.chain import GENESIS_MAC, ChainPosition, anchor_mac, link_mac
 from docqa.server.audit.checkpoint import KIND_CHAIN, Checkpoint
-from docqa.server.audit.models import AuditAnchor, AuditTrace
+from docqa.server.audit.models import AuditAnchor, AuditStep, AuditTrace
 
 BATCH = 500
 
@@ -85,18 +85,36 @@ class LinkChecker:
         return True
 
 
-def iter_traces(session: Session, after_seq: int = 0, batch: int = BATCH) -> Iterator[AuditTrace]:
-    """Traces in seq order, a batch at a time (keyset pagination, steps loaded per batch)."""
+class StoredTrace:
+    """A trace row and its step rows, read without the ORM (verification reads every row of the chain)."""
+
+    __slots__ = ("row", "steps")
+
+    def __init__(self, row: Row, steps: list[Row]) -> None:
+        self.row = row
+        self.steps = steps
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.row, name)
+
+
+def iter_traces(session: Session, after_seq: int = 0, batch: int = BATCH) -> Iterator[StoredTrace]:
+    """Traces in seq order with their steps, a batch at a time (keyset pagination, one step query per batch)."""
+    traces, steps = AuditTrace.__table__, AuditStep.__table__
     last = after_seq
     while True:
-        rows = list(
-            session.scalars(select(AuditTrace).where(AuditTrace.seq > last).order_by(AuditTrace.seq).limit(batch))
-        )
+        rows = session.execute(select(traces).where(traces.c.seq > last).order_by(traces.c.seq).limit(batch)).all()
         if not rows:
             return
-        yield from rows
+        by_trace: dict[str, list[Row]] = {row.id: [] for row in rows}
+        step_rows = session.execute(
+            select(steps).where(steps.c.trace_id.in_(list(by_trace))).order_by(steps.c.trace_id, steps.c.position)
+        )
+        for step in step_rows:
+            by_trace[step.trace_id].append(step)
+        for row in rows:
+            yield StoredTrace(row, by_trace[row.id])
         last = rows[-1].seq
-        session.expunge_all()
 
 
 def verify_chain(
