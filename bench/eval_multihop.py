@@ -165,6 +165,15 @@ def summarize(records: list[QuestionRecord]) -> dict[str, Any]:
     }
 
 
+def interleave(by_dataset: dict[str, list[Any]]) -> list[tuple[str, Any]]:
+    """(dataset, question) pairs taking one question from each dataset in turn."""
+    work: list[tuple[str, Any]] = []
+    longest = max((len(qs) for qs in by_dataset.values()), default=0)
+    for index in range(longest):
+        work.extend((dataset, qs[index]) for dataset, qs in by_dataset.items() if index < len(qs))
+    return work
+
+
 def print_table(rows: list[tuple[str, str, dict[str, Any]]]) -> None:
     header = (f"{'pipeline':<12} {'dataset':<9} {'n':>3} {'iters':>5} {'LLM/q':>6} {'words ret/q':>11} "
               f"{'words gen/q':>11} {'compr.':>6} {'recall':>6} {'s/q':>6} {'EM':>5} {'F1':>5} {'err':>3}")
@@ -218,41 +227,41 @@ def main(argv: list[str] | None = None) -> int:
     pipelines = {name: build_pipeline(name, runtime, **builder_options(name, args.top_k, args.max_iterations))
                  for name in names}
     words_of = WordCounter(runtime.document_store)
+    work = interleave({d: load_questions(d, shared_data)[: args.limit] for d in datasets})
+    records: list[QuestionRecord] = []
     output = args.output.open("w", encoding="utf-8") if args.output else None
-    rows: list[tuple[str, str, dict[str, Any]]] = []
     try:
-        for dataset in datasets:
-            questions = load_questions(dataset, shared_data)[: args.limit]
+        for number, (dataset, q) in enumerate(work, 1):
             filters = {"field": "meta.dataset", "operator": "==", "value": dataset}
+            # Pipelines take turns on each question, so a machine whose load drifts treats them alike.
             for name, pipeline in pipelines.items():
-                records = []
-                for number, q in enumerate(questions, 1):
-                    record = QuestionRecord(name, dataset, q.id, q.question, list(q.answers))
-                    started = time.perf_counter()
-                    try:
-                        result = pipeline.run(q.question, scope, filters=filters)
-                    except LLMUnavailableError:
-                        raise
-                    except (DocqaError, ValueError) as exc:
-                        record.error = f"{type(exc).__name__}: {exc}"
-                    else:
-                        record.prediction = result.answer
-                        record.em, record.f1 = best_scores(result.answer, q.answers)
-                        for key, value in measure(result, q.supporting_ids, words_of).items():
-                            setattr(record, key, value)
-                    record.wall_s = time.perf_counter() - started
-                    records.append(record)
-                    if output is not None:
-                        output.write(json.dumps(asdict(record)) + "\n")
-                        output.flush()
-                    print(f"[{name}/{dataset} {number}/{len(questions)}] {record.wall_s:.1f} s "
-                          f"iters={record.iterations} calls={record.llm_calls} stop={record.stop_reason} "
-                          f"f1={record.f1:.2f} answer={record.prediction[:60]!r}"
-                          + (f" error={record.error}" if record.error else ""), file=sys.stderr, flush=True)
-                rows.append((name, dataset, summarize(records)))
+                record = QuestionRecord(name, dataset, q.id, q.question, list(q.answers))
+                started = time.perf_counter()
+                try:
+                    result = pipeline.run(q.question, scope, filters=filters)
+                except LLMUnavailableError:
+                    raise
+                except (DocqaError, ValueError) as exc:
+                    record.error = f"{type(exc).__name__}: {exc}"
+                else:
+                    record.prediction = result.answer
+                    record.em, record.f1 = best_scores(result.answer, q.answers)
+                    for key, value in measure(result, q.supporting_ids, words_of).items():
+                        setattr(record, key, value)
+                record.wall_s = time.perf_counter() - started
+                records.append(record)
+                if output is not None:
+                    output.write(json.dumps(asdict(record)) + "\n")
+                    output.flush()
+                print(f"[{number}/{len(work)} {name}/{dataset}] {record.wall_s:.1f} s "
+                      f"iters={record.iterations} calls={record.llm_calls} stop={record.stop_reason} "
+                      f"f1={record.f1:.2f} answer={record.prediction[:60]!r}"
+                      + (f" error={record.error}" if record.error else ""), file=sys.stderr, flush=True)
     finally:
         if output is not None:
             output.close()
+    rows = [(name, dataset, summarize([r for r in records if r.pipeline == name and r.dataset == dataset]))
+            for dataset in datasets for name in names]
     print()
     print_table(rows)
     return 0

@@ -42,6 +42,9 @@ STOP_REPEATED_PLAN = "repeated_plan"
 STOP_NO_PLAN = "no_plan"
 STOP_NO_NEW_EVIDENCE = "no_new_evidence"
 
+MAX_TOP_K = 100
+MAX_ITERATIONS = 10
+
 # Re-planning after a refused plan happens once: a model that repeats itself twice is unlikely to stop.
 _PLAN_ATTEMPTS = 2
 
@@ -75,10 +78,11 @@ class ReSPPipeline:
         :param max_question_chars: Longest question accepted.
         :param models: Model name per role, for the recorded configuration.
         """
-        if top_k < 1:
-            raise ValueError("top_k must be positive")
-        if max_iterations < 1:
-            raise ValueError("max_iterations must be positive")
+        # Options may come from API callers: bound what one question can cost.
+        if not 1 <= top_k <= MAX_TOP_K:
+            raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}")
+        if not 1 <= max_iterations <= MAX_ITERATIONS:
+            raise ValueError(f"max_iterations must be between 1 and {MAX_ITERATIONS}")
         self.retriever = retriever
         self.summarizer = summarizer
         self.reasoner = reasoner

@@ -292,3 +292,9 @@ def test_config_names_limits_and_prompt_fingerprints() -> None:
     assert config["max_iterations"] == 4 and config["top_k"] == 7
     assert set(config["prompts"]) == {"resp_global_evidence", "resp_local_pathway", "resp_judge", "resp_plan",
                                       "resp_generate"}
+
+
+@pytest.mark.parametrize(("top_k", "max_iterations"), [(0, 3), (101, 3), (5, 0), (5, 11)])
+def test_costs_are_bounded(top_k: int, max_iterations: int) -> None:
+    with pytest.raises(ValueError):
+        build(ScriptedChatGenerator(), KeywordRetriever([]), top_k=top_k, max_iterations=max_iterations)
