@@ -134,11 +134,13 @@ def record_answer(
 
 def append_trace(session: Session, trace: AuditTrace, key: bytes) -> None:
     """Link a built trace to the chain tail and stage it; the caller's transaction commits it."""
+    # The payload does not depend on the chain position: serialise it before queueing for the lock.
+    payload = canonical_bytes(trace_payload(trace))
     lock_chain(session)
     tail = chain_tail(session)
     trace.seq = tail.seq + 1
     trace.prev_mac = tail.mac
-    trace.mac = link_mac(key, trace.seq, trace.prev_mac, canonical_bytes(trace_payload(trace)))
+    trace.mac = link_mac(key, trace.seq, trace.prev_mac, payload)
     session.add(trace)
     session.flush()
 
