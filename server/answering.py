@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from docqa.access import AccessScope
+from docqa.errors import UnknownPipelineError
 from docqa.pipelines.base import QAPipeline, config_hash, validate_question
 from docqa.recording import listen_to_steps
 from docqa.result import PipelineResult, Step
@@ -38,11 +39,18 @@ class Prepared:
 
 
 def prepare(context: ServerContext, question: str, pipeline: str, options: dict[str, Any]) -> Prepared:
-    """Validate the question and resolve `auto`; raises `InvalidQuestionError` before any work starts."""
+    """Validate the question and the pipeline name and resolve `auto`, before any work starts.
+
+    :raises InvalidQuestionError: an empty or too long question.
+    :raises UnknownPipelineError: a name that is neither `auto` nor registered.
+    """
     cleaned = validate_question(question, context.settings.max_question_chars)
+    names = context.pipelines.names()
     if pipeline == AUTO:
-        choice = choose_pipeline(cleaned, context.pipelines.names())
+        choice = choose_pipeline(cleaned, names)
         return Prepared(cleaned, choice.name, options, choice.to_dict())
+    if pipeline not in names:
+        raise UnknownPipelineError(f"unknown pipeline {pipeline!r}; available: {', '.join([AUTO, *names])}")
     return Prepared(cleaned, pipeline, options, {"mode": "explicit", "pipeline": pipeline})
 
 

@@ -75,3 +75,14 @@ QUERY_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: _documented("Overloaded or LLM unavailable; see Retry-After"),
     504: _documented("The query took longer than the server's query timeout"),
 }
+
+# Server-sent events, documented per event (OpenAPI `itemSchema`): an optional event name and its JSON data.
+SSE_CONTENT: dict[str, Any] = {
+    "text/event-stream": {
+        "itemSchema": {
+            "type": "object",
+            "properties": {"event": {"type": "string"}, "data": {"type": "string"}, "id": {"type": "string"}},
+            "required": ["data"],
+        }
+    }
+}

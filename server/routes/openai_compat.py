@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from docqa.result import PipelineResult
 from docqa.server.answering import AUTO, Prepared, answer, prepare
-from docqa.server.api_errors import QUERY_ERROR_RESPONSES, ApiError
+from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT, ApiError
 from docqa.server.auth import AskingCaller, ContextDep
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=QUERY_ERROR_RESPONSES)
@@ -105,7 +105,7 @@ def _usage(result: PipelineResult) -> dict[str, int]:
 
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse, summary="OpenAI chat completions",
-             responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}})
+             responses={200: {"content": SSE_CONTENT}})
 async def chat_completions(body: ChatCompletionRequest, caller: AskingCaller, context: ContextDep) -> Any:
     prepared = prepare(context, question_from(body.messages), body.model, {})
     result = await answer(context, caller, prepared)

@@ -15,7 +15,7 @@ from docqa.errors import DocqaError
 from docqa.result import Step
 from docqa.server.accounts.identity import Caller
 from docqa.server.answering import Prepared, answer, answer_in_slot, prepare
-from docqa.server.api_errors import QUERY_ERROR_RESPONSES, ApiError, error_body
+from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT, ApiError, error_body
 from docqa.server.auth import AskingCaller, ContextDep
 from docqa.server.context import ServerContext
 from docqa.server.schemas import QueryRequest, QueryResponse, query_response
@@ -28,7 +28,7 @@ _STREAM_DOC = {
     200: {
         "description": "The answer (JSON), or with `stream: true` server-sent events: `selection`, one `step` per "
         "finished step, then `result` (same body as the JSON answer) or `error`.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": SSE_CONTENT,
     }
 }
 

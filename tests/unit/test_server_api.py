@@ -230,6 +230,8 @@ class TestLimits:
         with TestClient(app) as client:
             response = ask(client, keys["alice"])
             release.set()
+        # The abandoned run finishes (and writes its trace) in its thread; wait so it cannot outlive the test.
+        app.state.context.executor.shutdown(wait=True)
         assert (response.status_code, response.json()["error"]["code"]) == (504, "timeout")
 
 
