@@ -177,3 +177,45 @@ class TestTimeScopedRecords:
         retrieval = next(s for s in result.steps if s.kind == "retrieval")
         assert [d["id"] for d in retrieval.outputs["documents"]] == ["mine"]
         assert "HIV" not in json.dumps([s.to_dict() for s in result.steps])
+
+
+class TestBuilderAndRefit:
+    def _runtime(self, tmp_path: Path, llm: ScriptedChatGenerator) -> Any:
+        from docqa.runtime import Runtime
+        from docqa.settings import Settings
+
+        store = EmbeddedDocumentStore(str(tmp_path / "store.sqlite3"))
+        return Runtime(Settings(data_dir=tmp_path), document_store=store, chat_generator_factory=lambda role: llm)
+
+    def test_registered_builder_answers_a_scoped_question(self, tmp_path: Path) -> None:
+        from docqa.pipelines.registry import build_pipeline
+
+        llm = ScriptedChatGenerator(rules=[(GROUNDED, "Yes"), (USEFUL, "Yes")], default="Answer: ok")
+        runtime = self._runtime(tmp_path, llm)
+        runtime.document_store.write_documents([Document(id="r1", content="Glucose 90", meta={
+            "tenant": "t", "access": ["alice"], "patient_id": "p1", "record_type": "lab_result",
+            "effective_start_utc": "2020-01-01T00:00:00Z"})])
+        pipeline = build_pipeline("atrag", runtime, max_iterations=2, max_prompt_documents=3)
+        result = pipeline.run("Lab results since 2019?", SCOPE, as_of="2020-06-01T00:00:00Z", patient_id="p1")
+        assert result.stop_reason == STOP_ACCEPTED
+        assert [c.document_id for c in result.citations] == ["r1"]
+        assert pipeline.config()["max_iterations"] == 2 and pipeline.generator.max_documents == 3
+
+    def test_refit_fits_a_new_version_and_retags_the_tenant(self, tmp_path: Path) -> None:
+        from docqa.pipelines.atrag import topic_model_dir
+        from docqa.pipelines.topic_admin import refit_topic_model
+        from tests.support.hash_embedder import HashDocumentEmbedder
+
+        runtime = self._runtime(tmp_path, ScriptedChatGenerator(default="x"))
+        words = {"lab_result": "glucose cholesterol serum panel", "medication": "tablet oral dose daily"}
+        documents = [Document(id=f"{kind}-{i}", content=f"{text} n{i}", meta={
+            "tenant": "t", "access": ["alice"], "record_type": kind}) for kind, text in words.items() for i in range(6)]
+        other = Document(id="other", content="glucose", meta={"tenant": "u", "access": ["alice"]})
+        runtime.document_store.write_documents(HashDocumentEmbedder().run(documents=[*documents, other])["documents"])
+        info = refit_topic_model(runtime, "t")
+        assert (info.version, info.mode, info.n_documents) == (1, "supervised", 12)
+        assert refit_topic_model(runtime, "t").version == 2
+        stored = {d.id: d.meta for d in runtime.document_store.filter_documents()}
+        assert {stored[d.id].get("topic_version") for d in documents} == {2}
+        assert "topic_id" not in stored["other"]
+        assert topic_model_dir(tmp_path, "t") != topic_model_dir(tmp_path, "t/")
