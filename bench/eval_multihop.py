@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-iterations", type=int, default=None,
                         help="passed to pipelines whose builder takes max_iterations")
     parser.add_argument("--output", type=Path, default=None, help="write one JSON line per question here")
+    parser.add_argument("--table-from", type=Path, default=None,
+                        help="print the table of an earlier --output file (complete or not) and exit")
     return parser.parse_args(argv)
 
 
@@ -174,6 +176,17 @@ def interleave(by_dataset: dict[str, list[Any]]) -> list[tuple[str, Any]]:
     return work
 
 
+def table_from(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    """Rows of a results file; only questions every pipeline finished count, so the comparison stays paired."""
+    records = [QuestionRecord(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    pipelines = list(dict.fromkeys(r.pipeline for r in records))
+    datasets = list(dict.fromkeys(r.dataset for r in records))
+    done = Counter((r.dataset, r.question_id) for r in records)
+    paired = [r for r in records if done[(r.dataset, r.question_id)] == len(pipelines)]
+    return [(name, dataset, summarize([r for r in paired if r.pipeline == name and r.dataset == dataset]))
+            for dataset in datasets for name in pipelines]
+
+
 def print_table(rows: list[tuple[str, str, dict[str, Any]]]) -> None:
     header = (f"{'pipeline':<12} {'dataset':<9} {'n':>3} {'iters':>5} {'LLM/q':>6} {'words ret/q':>11} "
               f"{'words gen/q':>11} {'compr.':>6} {'recall':>6} {'s/q':>6} {'EM':>5} {'F1':>5} {'err':>3}")
@@ -192,6 +205,9 @@ def print_table(rows: list[tuple[str, str, dict[str, Any]]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.table_from is not None:
+        print_table(table_from(args.table_from))
+        return 0
     os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
     shared_data = args.shared_data or default_shared_data()
     if not (shared_data / "multihop").is_dir():
