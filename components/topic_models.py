@@ -37,8 +37,19 @@ HDBSCAN_MIN_DOCUMENTS = 150
 INFO_FILE = "docqa_topics.json"
 SEED = 42
 
-# BERTopic warns on every save/load that no embedding model is attached: that is the point here.
-logging.getLogger("BERTopic").setLevel(logging.ERROR)
+
+
+class _NoEmbeddingModelWarning(logging.Filter):
+    """BERTopic warns on every save/load that no embedding model is attached: that is the point here.
+
+    A filter rather than a level, because every BERTopic instance resets its logger's level.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "without explicitly defining an embedding model" not in record.getMessage()
+
+
+logging.getLogger("BERTopic").addFilter(_NoEmbeddingModelWarning())
 
 
 @dataclass
