@@ -182,17 +182,25 @@ class TestOpenAIClient:
 
 
 class TestSchemathesis:
-    def test_no_server_errors_and_no_schema_violations(self, stack):
-        checks = ("not_a_server_error,status_code_conformance,content_type_conformance,"
-                  "response_schema_conformance,response_headers_conformance")
+    CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,"
+              "response_schema_conformance,response_headers_conformance")
+
+    def run_schemathesis(self, stack: Stack, user: str, *paths: str) -> None:
         result = subprocess.run(
             [sys.executable, "-m", "schemathesis.cli", "run", f"{stack.base_url}/openapi.json",
-             "--checks", checks, "--max-examples", "15", "--seed", "7", "--workers", "2",
-             "--header", f"Authorization: Bearer {stack.keys['root']}",
-             # Uploads are covered above; random multipart bodies would only add slow ingestion jobs.
-             "--exclude-path-regex", "^/v1/(documents|records)$"],
-            capture_output=True, text=True, timeout=900,
+             "--checks", self.CHECKS, "--max-examples", "15", "--seed", "7",
+             # One worker: hypothesis' lambda introspection is not thread-safe on CPython 3.11.
+             "--workers", "1", "--request-timeout", "120",
+             "--header", f"Authorization: Bearer {stack.keys[user]}", *paths],
+            capture_output=True, text=True, timeout=1800,
         )
-        summary = "\n".join(result.stdout.splitlines()[-60:])
+        summary = "\n".join(result.stdout.splitlines()[-80:])
         assert result.returncode == 0, summary
-        assert not re.search(r"\b5\d\d\b.*Server error", result.stdout), summary
+        assert re.search(r"Tested: [1-9]", result.stdout), summary
+
+    def test_admin_and_user_operations(self, stack):
+        # Uploads are covered above; random multipart bodies would only add slow ingestion jobs.
+        self.run_schemathesis(stack, "root", "--exclude-path-regex", "^/v1/(documents|records|traces)")
+
+    def test_auditor_operations(self, stack):
+        self.run_schemathesis(stack, "audrey", "--include-path-regex", "^/v1/traces")
