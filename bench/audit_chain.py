@@ -140,11 +140,12 @@ def chain_figures(args: argparse.Namespace, workdir: Path) -> None:
 
     print(f"trace payload: {payload_bytes()} bytes canonical JSON, 6 steps, 3 LLM calls")
     backends: list[tuple[str, Any, str | None]] = []
-    pg = create_pg_database()
+    pg = create_pg_database() if "postgresql" in args.backends else None
     if pg is not None:
         url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{pg}"
         backends.append(("postgresql", Settings(data_dir=workdir / "pg", database_url=url), pg))
-    backends.append(("sqlite", Settings(data_dir=workdir / "sqlite", database_url=None), None))
+    if "sqlite" in args.backends:
+        backends.append(("sqlite", Settings(data_dir=workdir / "sqlite", database_url=None), None))
     try:
         for label, settings, _ in backends:
             upgrade_database(settings)
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=8)
     parser.add_argument("--traces", type=int, default=10_000, help="traces appended by the concurrent writers")
     parser.add_argument("--single-traces", type=int, default=1_000, help="traces appended by one writer")
+    parser.add_argument("--backends", default="postgresql,sqlite", help="databases for the chain figures")
     parser.add_argument("--skip-chain", action="store_true")
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--questions", type=int, default=8)
