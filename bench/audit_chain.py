@@ -232,6 +232,11 @@ def overhead_figures(args: argparse.Namespace, workdir: Path) -> None:
     finally:
         if pg is not None:
             drop_pg_database(pg)
+        if settings.llm_base_url is None and args.data_dir is None:
+            from docqa.llm.local_server import stop_local_llm
+
+            # The embedded server outlives its starter; in a fresh data dir this run started it.
+            stop_local_llm(settings)
 
 
 def main(argv: list[str] | None = None) -> int:
