@@ -34,6 +34,8 @@ def create_celery_app(broker_url: str | None, visibility_timeout_s: int) -> Cele
         task_serializer="json",
         accept_content=["json"],
         worker_prefetch_multiplier=1,
+        # A pool child loads the embedding model before it reports ready (see tasks.py).
+        worker_proc_alive_timeout=300,
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": visibility_timeout_s},

@@ -91,7 +91,8 @@ def submit_job(
             try:
                 data = _read(origin, name, settings.max_file_bytes)
             except DocqaError as exc:
-                item.move_to(ITEM_FAILED, reason=exc.message, code=exc.code)
+                reason = exc.message.removeprefix(f"{source_id}: ").removeprefix(f"{name}: ")
+                item.move_to(ITEM_FAILED, reason=reason, code=exc.code)
                 continue
             session.flush()
             session.add(IngestPayload(item_id=item.id, data=data))

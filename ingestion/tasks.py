@@ -27,11 +27,13 @@ _state_lock = threading.Lock()
 
 
 @worker_process_init.connect
-def _one_torch_thread(**_: Any) -> None:
+def _prepare_worker_process(**_: Any) -> None:
     # Workers scale by process; several torch thread pools on a small machine only fight each other.
     import torch
 
     torch.set_num_threads(1)
+    # Load the model before the first task, so no task's time limit pays for it.
+    _warm_runtime(get_settings())
 
 
 def _warm_runtime(settings: Settings) -> tuple[Any, Any]:

@@ -1,0 +1,170 @@
+"""The ingestion queue end to end: real Redis broker, real PostgreSQL, real `docqa worker` processes.
+
+Documents are MuSiQue passages from ../shared/data/multihop submitted as uploads, plus one file of every
+kind of bad input. The worker embeds with the packaged model into the embedded store under the test's
+data directory, which this process reads to check ids and counts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from docqa.datasets import load_corpus
+from docqa.ingestion.chunking import ChunkSpec, build_chunks
+from docqa.ingestion.jobs import Upload, delete_document, job_status, submit_job
+from docqa.runtime import Runtime
+from docqa.server.schema import upgrade_database
+from docqa.settings import Settings
+from tests.support.celery_workers import WorkerProcess, redis_broker_url, wait_until
+from tests.support.postgres import throwaway_database
+from tests.support.sample_files import pdf_bytes
+
+pytestmark = pytest.mark.integration
+TENANT = "acme"
+ACCESS = ["group:research"]
+JOB_TIMEOUT_S = 600
+
+
+@pytest.fixture
+def passages() -> list[tuple[str, str]]:
+    try:
+        corpus = load_corpus("musique")
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    return [(f"musique-{doc.id[:12]}.txt", doc.content or "") for doc in corpus[:60]]
+
+
+@pytest.fixture
+def settings(tmp_path: Path):
+    with throwaway_database("ingest") as url:
+        settings = Settings(
+            data_dir=tmp_path / "data",
+            database_url=url,
+            broker_url=redis_broker_url(),
+            max_file_bytes=20_000,
+            ingest_items_per_task=3,
+            broker_visibility_timeout_s=30,
+        )
+        upgrade_database(settings)
+        yield settings
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    return {
+        "DOCQA_DATA_DIR": str(settings.data_dir),
+        "DOCQA_DATABASE_URL": settings.database_url or "",
+        "DOCQA_BROKER_URL": settings.broker_url or "",
+        "DOCQA_MAX_FILE_BYTES": str(settings.max_file_bytes),
+        "DOCQA_INGEST_ITEMS_PER_TASK": str(settings.ingest_items_per_task),
+        "DOCQA_BROKER_VISIBILITY_TIMEOUT_S": str(settings.broker_visibility_timeout_s),
+        "HAYSTACK_TELEMETRY_ENABLED": "False",
+    }
+
+
+@pytest.fixture
+def workers(settings: Settings, tmp_path: Path):
+    started: list[WorkerProcess] = []
+
+    def start() -> WorkerProcess:
+        worker = WorkerProcess(worker_env(settings), tmp_path / f"worker-{len(started)}.log").start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def finished(settings: Settings, job_id: str) -> dict | None:
+    status = job_status(settings, job_id)
+    return status if status["finished_at"] else None
+
+
+def expected_ids(passages: list[tuple[str, str]], settings: Settings) -> set[str]:
+    ids = set()
+    for name, text in passages:
+        spec = ChunkSpec(source_id=name, source=name, title=name, tenant=TENANT, access=ACCESS)
+        chunks = build_chunks(text, spec, chunk_words=settings.chunk_words, overlap_words=settings.chunk_overlap_words)
+        ids |= {chunk.id for chunk in chunks}
+    return ids
+
+
+def stored(settings: Settings) -> list:
+    return Runtime(settings).document_store.filter_documents(
+        filters={"field": "meta.tenant", "operator": "==", "value": TENANT}
+    )
+
+
+def test_job_through_a_real_worker(settings, workers, passages) -> None:
+    passages = passages[:24]
+    bad = [
+        Upload("corrupt.pdf", pdf_bytes(["cut short"])[:120]),
+        Upload("empty.txt", b""),
+        Upload("table.xlsx", b"cells"),
+        Upload("huge.txt", b"word " * 5000),
+    ]
+    uploads = [Upload(name, text.encode()) for name, text in passages]
+    job_id = submit_job(settings, tenant=TENANT, access=ACCESS, uploads=uploads[:12] + bad + uploads[12:])
+    queued = job_status(settings, job_id)
+    assert queued["items_total"] == 28 and queued["finished_at"] is None  # the job id comes back at once
+
+    worker = workers()
+    status = wait_until(lambda: finished(settings, job_id), JOB_TIMEOUT_S, "the job to finish")
+
+    assert status["status"] == "completed_with_errors", worker.log()[-3000:]
+    assert (status["items_written"], status["items_failed"], status["items_done"]) == (24, 4, 28), status["failures"]
+    assert {f["source_id"]: f["code"] for f in status["failures"]} == {
+        "corrupt.pdf": "unreadable_file",
+        "empty.txt": "unreadable_file",
+        "table.xlsx": "unsupported_file",
+        "huge.txt": "file_too_large",
+    }
+    docs = stored(settings)
+    assert {d.id for d in docs} == expected_ids(passages, settings)
+    assert status["chunks_written"] == len(docs)
+    assert all(d.meta["access"] == ACCESS and d.embedding is not None for d in docs)
+
+    # Re-submitting unchanged documents skips them all.
+    again = submit_job(settings, tenant=TENANT, access=ACCESS, uploads=uploads)
+    status = wait_until(lambda: finished(settings, again), JOB_TIMEOUT_S, "the unchanged job")
+    assert (status["items_skipped"], status["items_written"]) == (24, 0)
+
+    # A changed document is rewritten in place; the chunks it no longer produces are gone.
+    long_name = "long-memo.txt"
+    first = submit_job(settings, tenant=TENANT, access=ACCESS, uploads=[Upload(long_name, b"alpha " * 600)])
+    wait_until(lambda: finished(settings, first), JOB_TIMEOUT_S, "the long document")
+    changed = submit_job(settings, tenant=TENANT, access=ACCESS, uploads=[Upload(long_name, b"omega " * 100)])
+    status = wait_until(lambda: finished(settings, changed), JOB_TIMEOUT_S, "the changed document")
+    assert status["items_written"] == 1
+    memo = [d for d in stored(settings) if d.meta["source_id"] == long_name]
+    assert len(memo) == 1 and memo[0].content.startswith("omega")
+
+    # A deleted document is gone from retrieval.
+    name, text = passages[0]
+    title = text.splitlines()[0]
+    store = Runtime(settings).document_store
+    scoped = {"field": "meta.tenant", "operator": "==", "value": TENANT}
+    assert name in {d.meta["source_id"] for d in store.bm25_retrieval(title, filters=scoped, top_k=5)}
+    assert delete_document(Runtime(settings), TENANT, name) == 1
+    assert name not in {d.meta["source_id"] for d in store.bm25_retrieval(title, filters=scoped, top_k=5)}
+
+
+def test_worker_killed_mid_job_leaves_every_item_written_once(settings, workers, passages) -> None:
+    uploads = [Upload(name, text.encode()) for name, text in passages]
+    job_id = submit_job(settings, tenant=TENANT, access=ACCESS, uploads=uploads)
+
+    first = workers()
+    wait_until(lambda: job_status(settings, job_id)["items_written"] >= 3, JOB_TIMEOUT_S, "the first items")
+    first.kill()
+    interrupted = job_status(settings, job_id)
+    assert interrupted["finished_at"] is None
+    workers()
+    status = wait_until(lambda: finished(settings, job_id), JOB_TIMEOUT_S, "the resumed job")
+
+    assert status["status"] == "succeeded", status
+    assert (status["items_written"], status["items_failed"]) == (60, 0)
+    docs = stored(settings)
+    assert sorted(d.id for d in docs) == sorted(expected_ids(passages, settings))
+    assert status["chunks_written"] == len(docs)
