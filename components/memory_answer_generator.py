@@ -14,6 +14,7 @@ from docqa.components.resp_memory import ReSPMemory
 from docqa.llm.calls import ChatGenerator, generate_text
 
 _LEADING_LABEL = re.compile(r"^\s*(?:final\s+)?answer\s*:\s*", re.IGNORECASE)
+_ECHOED_QUESTION = re.compile(r"^\s*question\s*:", re.IGNORECASE)
 
 
 @component
@@ -22,7 +23,8 @@ class MemoryAnswerGenerator:
     Generates a short answer from ReSP's global evidence and local pathway memories.
 
     The prompt asks for the answer only; the reply is reduced to its first non-empty line without an
-    "Answer:" label, because short-answer scoring (EM/F1) and users both want the answer, not a preamble.
+    "Answer:" label, skipping echoed "Question:" lines, because short-answer scoring (EM/F1) and users both
+    want the answer, not a preamble.
 
     Usage example:
     ```python
@@ -75,6 +77,9 @@ class MemoryAnswerGenerator:
 
 def _first_line(raw: str) -> str:
     for line in raw.splitlines():
+        # Base models continue the prompt's pattern with a new "Question: ..." line: that is not an answer.
+        if _ECHOED_QUESTION.match(line):
+            continue
         text = _LEADING_LABEL.sub("", line.strip()).strip()
         if text:
             return text

@@ -150,6 +150,10 @@ class TestMemoryAnswerGenerator:
         assert "Jaws was directed by Spielberg." in llm.calls[0]["prompt"]
         assert llm.calls[0]["generation_kwargs"]["max_tokens"] == 48
 
+    def test_skips_an_echoed_question(self) -> None:
+        llm = ScriptedChatGenerator(default="Question: Who directed Jaws?\nAnswer: Spielberg")
+        assert MemoryAnswerGenerator(llm).run(question="Who directed Jaws?", memory=_memory())["answer"] == "Spielberg"
+
     def test_deployer_override_is_used(self, tmp_path: Path) -> None:
         (tmp_path / "resp_generate.txt").write_text("CUSTOM {{ question }} || {{ memory }}")
         llm = ScriptedChatGenerator(default="x")
