@@ -1,5 +1,7 @@
 """Synchronous ingestion: convert, clean, chunk, embed and write sources into the document store.
 
+Steps per source: convert, clean, chunk, embed, topic-tag (once the tenant has a fitted topic model), write.
+
 Guarantees, per source:
 - nothing half-written: all chunks of a source are embedded before any of them is written;
 - idempotent: chunk ids are deterministic and written with `DuplicatePolicy.OVERWRITE`;
@@ -139,6 +141,7 @@ def ingest_documents(
     progress: Progress | bool = False,
     embedder: Any | None = None,
     total: int | None = None,
+    topic_assigner: Any | None = None,
 ) -> IngestReport:
     """Ingest sources into `runtime.document_store` for `tenant`, readable by the `access` principals.
 
@@ -149,6 +152,8 @@ def ingest_documents(
     :param progress: `True` for a progress bar on stderr, or a callable given each item's result.
     :param embedder: a warmed-up document embedder to reuse; built from the runtime when omitted.
     :param total: number of sources, for the progress bar.
+    :param topic_assigner: tags embedded chunks with the tenant's topic model; by default the tenant's
+        `TopicAssigner`, which passes chunks through untagged while no topic model has been fitted.
     :returns: an `IngestReport` with one `ItemResult` per source.
     """
     started = time.perf_counter()
@@ -164,9 +169,12 @@ def ingest_documents(
         elif callable(progress):
             progress(item)
 
+    tagger = topic_assigner if topic_assigner is not None else _topic_assigner(runtime, tenant)
     try:
         for batch in _batches(sources):
-            embedder = _ingest_batch(batch, runtime, store, tenant, access, ingested_at, embedder, record, report)
+            embedder = _ingest_batch(
+                batch, runtime, store, tenant, access, ingested_at, embedder, tagger, record, report
+            )
     finally:
         if bar is not None:
             bar.close()
@@ -202,6 +210,7 @@ def _ingest_batch(
     access: Sequence[str],
     ingested_at: str,
     embedder: Any | None,
+    tagger: Any,
     record: Progress,
     report: IngestReport,
 ) -> Any | None:
@@ -232,6 +241,12 @@ def _ingest_batch(
         return embedder
     finally:
         report.seconds_embedding += time.perf_counter() - embed_started
+    try:
+        embedded = tagger.run(documents=embedded)["documents"]
+    except Exception as exc:  # a broken topic model fails these items rather than storing them half-tagged
+        for item in pending:
+            record(_failure(item.source, exc, code="topic_failed", prefix="topic tagging failed: "))
+        return embedder
     by_id = {doc.id: doc for doc in embedded}
     for item in pending:
         chunks = [by_id[chunk.id] for chunk in item.chunks]
@@ -338,6 +353,13 @@ def _failure(source: Source, exc: Exception, code: str = "invalid_document", pre
     for name in (str(source.path), source.name):
         reason = reason.removeprefix(f"{name}: ")
     return ItemResult(source.source_id, source.label, "failed", reason=prefix + reason, code=code)
+
+
+def _topic_assigner(runtime: Any, tenant: str) -> Any:
+    from docqa.components.topic_assigner import TopicAssigner
+    from docqa.pipelines.atrag import topic_model_dir
+
+    return TopicAssigner(topic_model_dir(runtime.settings.data_dir, tenant))
 
 
 def _warm(embedder: Any) -> Any:

@@ -1,3 +1,4 @@
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,31 @@ class TestAccessAndFailures:
     def test_source_needs_exactly_one_payload(self) -> None:
         with pytest.raises(ValueError, match="exactly one"):
             Source("a", "a.txt", text="x", data=b"x")
+
+
+class TestTopicTagging:
+    def test_chunks_are_tagged_before_they_are_written(self, runtime, embedder) -> None:
+        class Tagger:
+            def run(self, documents):
+                assert all(d.embedding is not None for d in documents)  # tags come from embeddings
+                return {"documents": [replace(d, meta={**d.meta, "topic_id": 3}) for d in documents]}
+
+        ingest_documents(runtime, [Source("a", "a.txt", text=words(30))], "acme", ["everyone"],
+                         embedder=embedder, topic_assigner=Tagger())
+        assert [d.meta["topic_id"] for d in stored_for(runtime, "a")] == [3, 3]
+
+    def test_without_a_fitted_topic_model_chunks_pass_untagged(self, runtime, embedder) -> None:
+        ingest_documents(runtime, [Source("a", "a.txt", text="alpha")], "acme", ["everyone"], embedder=embedder)
+        assert "topic_id" not in stored_for(runtime, "a")[0].meta
+
+    def test_a_failing_topic_model_fails_the_items_and_writes_nothing(self, runtime, embedder) -> None:
+        class BrokenTagger:
+            def run(self, documents):
+                raise RuntimeError("model file truncated")
+
+        report = ingest_documents(runtime, [Source("a", "a.txt", text="alpha")], "acme", ["everyone"],
+                                  embedder=embedder, topic_assigner=BrokenTagger())
+        assert [(i.code, i.reason) for i in report.items] == [
+            ("topic_failed", "topic tagging failed: model file truncated")
+        ]
+        assert runtime.document_store.count_documents() == 0
