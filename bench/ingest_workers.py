@@ -57,9 +57,13 @@ def env_for(settings: Settings) -> dict[str, str]:
 
 
 def start_ready(settings: Settings, log: Path) -> WorkerProcess:
-    worker = WorkerProcess(env_for(settings), log).start()
     before = log.read_text(errors="replace").count(" ready.") if log.exists() else 0
-    wait_until(lambda: worker.log().count(" ready.") > before, 600, "the worker to be ready", poll_s=0.2)
+    worker = WorkerProcess(env_for(settings), log).start()
+    try:
+        wait_until(lambda: worker.log().count(" ready.") > before, 600, "the worker to be ready", poll_s=0.2)
+    except BaseException:
+        worker.kill()
+        raise
     return worker
 
 
@@ -80,8 +84,10 @@ def stories(limit: int) -> list[Upload]:
 
 
 def throughput(settings: Settings, tmp: Path, uploads: list[Upload], workers: int) -> None:
-    started_workers = [start_ready(settings, tmp / f"tp{workers}-{i}.log") for i in range(workers)]
+    started_workers: list[WorkerProcess] = []
     try:
+        for i in range(workers):
+            started_workers.append(start_ready(settings, tmp / f"tp{workers}-{i}.log"))
         tenant = f"{TENANT}-{workers}"
         t0 = time.perf_counter()
         job_id = submit_job(settings, tenant=tenant, access=ACCESS, uploads=uploads)
@@ -128,13 +134,15 @@ def kill_cycles(settings: Settings, tmp: Path, cycles: int, passages: int) -> No
     killed_mid_job = 0
     for cycle in range(cycles):
         worker = start_ready(settings, log)
-        done = job_status(settings, job_id)["items_done"]
-        wait_until(lambda d=done: job_status(settings, job_id)["items_done"] > d or finished(settings, job_id),
-                   600, "progress", poll_s=0.1)
-        time.sleep(rng.uniform(0.0, 1.5))
-        if finished(settings, job_id) is None:
-            killed_mid_job += 1
-        worker.kill()
+        try:
+            done = job_status(settings, job_id)["items_done"]
+            wait_until(lambda d=done: job_status(settings, job_id)["items_done"] > d or finished(settings, job_id),
+                       600, "progress", poll_s=0.1)
+            time.sleep(rng.uniform(0.0, 1.5))
+            if finished(settings, job_id) is None:
+                killed_mid_job += 1
+        finally:
+            worker.kill()
         status = job_status(settings, job_id)
         print(f"  cycle {cycle + 1}: killed with {status['items_done']}/{status['items_total']} items done, "
               f"{status['items_running']} running")
@@ -173,15 +181,18 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp_name, throwaway_database("ingest_bench") as url:
         tmp = Path(tmp_name)
-        base = Settings(data_dir=tmp / "data", database_url=url, broker_url=args.broker_url,
-                        broker_visibility_timeout_s=30, ingest_items_per_task=4)
+        base = Settings(data_dir=tmp / "data", database_url=url, broker_url=args.broker_url)
         upgrade_database(base)
         print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
         if not args.skip_throughput:
             uploads = stories(args.stories)
+            # One story (~30 chunks) per task, so two workers share a job of few, long documents.
+            per_story = base.model_copy(update={"ingest_items_per_task": 1})
             for workers in (1, 2):
-                throughput(base, tmp, uploads, workers)
-        kill_cycles(base, tmp, args.cycles, args.passages)
+                throughput(per_story, tmp, uploads, workers)
+        # A short visibility timeout so killed messages come back within the run; passages are small.
+        quick = base.model_copy(update={"broker_visibility_timeout_s": 30, "ingest_items_per_task": 4})
+        kill_cycles(quick, tmp, args.cycles, args.passages)
 
 
 if __name__ == "__main__":
