@@ -38,6 +38,7 @@ from docqa.ingestion.models import (
 )
 from docqa.ingestion.pipeline import ItemResult, expand_paths
 from docqa.ingestion.processing import finish_job_if_done, process_items
+from docqa.ingestion.record_bundles import is_record_bundle
 from docqa.settings import Settings
 
 
@@ -178,7 +179,8 @@ def delete_document(runtime: Any, tenant: str, source_id: str) -> int:
 
 def _read(origin: Path | Upload, name: str, max_bytes: int) -> bytes:
     # Type and size are checked before the bytes are stored, so nothing unusable reaches the database.
-    file_type_of(name)
+    if not is_record_bundle(name):
+        file_type_of(name)
     if isinstance(origin, Upload):
         check_size(name, len(origin.data), max_bytes)
         return origin.data

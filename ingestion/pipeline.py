@@ -169,7 +169,7 @@ def ingest_documents(
         elif callable(progress):
             progress(item)
 
-    tagger = topic_assigner if topic_assigner is not None else _topic_assigner(runtime, tenant)
+    tagger = topic_assigner if topic_assigner is not None else topic_assigner_for(runtime, tenant)
     try:
         for batch in _batches(sources):
             embedder = _ingest_batch(
@@ -355,7 +355,8 @@ def _failure(source: Source, exc: Exception, code: str = "invalid_document", pre
     return ItemResult(source.source_id, source.label, "failed", reason=prefix + reason, code=code)
 
 
-def _topic_assigner(runtime: Any, tenant: str) -> Any:
+def topic_assigner_for(runtime: Any, tenant: str) -> Any:
+    """The tenant's topic tagger; it passes documents through untagged until a topic model is fitted."""
     from docqa.components.topic_assigner import TopicAssigner
     from docqa.pipelines.atrag import topic_model_dir
 

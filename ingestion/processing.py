@@ -1,5 +1,7 @@
 """What a worker does with a batch of queued items: claim, ingest, record the outcome.
 
+Files go through `ingest_documents`; FHIR R4 bundles (`.json`) through `ingest_record_bundle`.
+
 Crash safety comes from three facts: chunk writes are idempotent (deterministic ids, overwrite, stale chunks
 deleted); item state is committed before and after the work; and a killed worker's message is redelivered
 (`acks_late`). A redelivered batch runs its unfinished items one at a time, so one item that kills the worker
@@ -34,6 +36,7 @@ from docqa.ingestion.models import (
     IngestPayload,
 )
 from docqa.ingestion.pipeline import ItemResult, Source, ingest_documents
+from docqa.ingestion.record_bundles import ingest_record_bundle, is_record_bundle
 from docqa.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -102,8 +105,15 @@ def _process_group(
         Source(source_id=source_id, name=name, data=payloads.get(item_id, b""), meta={"ingest_job": job_id})
         for item_id, _, source_id, name in work
     ]
-    report = ingest_documents(runtime, sources, tenant, access, embedder=embedder)
-    by_source = {result.source_id: result for result in report.items}
+    documents = [source for source in sources if not is_record_bundle(source.name)]
+    bundles = [source for source in sources if is_record_bundle(source.name)]
+    results = ingest_documents(runtime, documents, tenant, access, embedder=embedder).items if documents else []
+    if bundles:
+        if embedder is None:
+            embedder = runtime.document_embedder()
+            embedder.warm_up()
+        results += [ingest_record_bundle(runtime, s, tenant, access, embedder=embedder) for s in bundles]
+    by_source = {result.source_id: result for result in results}
     with sessions.begin() as session:
         items = _lock_items(session, [item_id for item_id, *_ in work])
         for item in items:

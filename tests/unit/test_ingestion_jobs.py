@@ -6,6 +6,7 @@ import pytest
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from sqlalchemy import select
 
+from docqa.datasets import shared_data_dir
 from docqa.errors import DocqaError
 from docqa.ingestion import jobs as jobs_module
 from docqa.ingestion import processing
@@ -200,3 +201,23 @@ class TestJobsCommands:
         monkeypatch.delenv("DOCQA_BROKER_URL", raising=False)
         assert main(["worker"]) == 2
         assert "needs DOCQA_BROKER_URL" in capsys.readouterr().err
+
+
+class TestRecordBundles:
+    def test_fhir_bundle_is_one_item_with_one_document_per_record(self, settings) -> None:
+        bundles = sorted((shared_data_dir() / "records" / "synthea_fhir_r4").glob("*.json"))
+        if not bundles:
+            pytest.skip("FHIR bundles not found in ../shared/data/records/synthea_fhir_r4")
+        data = bundles[0].read_bytes()
+        big_enough = settings.model_copy(update={"max_file_bytes": len(data) + 1})
+        job_id = submit_job(big_enough, tenant="acme", access=["group:care"], uploads=[
+            Upload("patient.json", data), Upload("broken.json", b"{not json"), Upload("other.json", b"[]"),
+        ])
+        status = job_status(big_enough, job_id)
+        assert status["items_written"] == 1
+        assert {f["source_id"]: f["code"] for f in status["failures"]} == {
+            "broken.json": "unreadable_file", "other.json": "unreadable_file"}
+        docs = FakeRuntime.store.filter_documents()
+        assert len(docs) == status["chunks_written"] > 10
+        assert len({d.meta["patient_id"] for d in docs}) == 1
+        assert all(d.meta["access"] == ["group:care"] and d.embedding is not None for d in docs)
