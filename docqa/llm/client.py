@@ -73,7 +73,12 @@ def check_llm_endpoint(settings: Settings, role: str) -> None:
     :param settings: the LLM settings.
     :param role: one of `docqa.settings.LLM_ROLES`.
     :raises LLMUnavailableError: the endpoint is unreachable, answers with a server error or rejects the key.
+    :raises DocqaError: the embedded server cannot start (no base URL configured for the role).
     """
+    if settings.endpoint_for(role).base_url is None:
+        # Starting (or finding) the embedded server already waited for it to answer.
+        resolve_endpoint(settings, role)
+        return
     base_url, _, api_key = resolve_endpoint(settings, role)
     url = base_url.rstrip("/") + "/models"
     headers = {"Authorization": f"Bearer {api_key.resolve_value()}"}

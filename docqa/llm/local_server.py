@@ -89,9 +89,9 @@ def ensure_local_llm(settings: Settings) -> LocalLLM:
         config = _server_config(settings, model_path)
         state = _read_state(directory)
         if state is not None:
-            # A live server may be slow to answer while it generates for another process: give it time.
-            alive = _is_our_server(state.get("pid"))
-            if alive and state.get("config") == config and _is_ready(state["port"], timeout_s=10.0):
+            # Not /v1/models: it waits for the model lock, held for the whole of another process's generation.
+            alive = _is_our_server(state.get("pid")) and _accepts_connections(state["port"])
+            if alive and state.get("config") == config:
                 return _local_llm(state)
             _terminate(state.get("pid"))
             _state_file(directory).unlink(missing_ok=True)
@@ -186,6 +186,8 @@ def _start(settings: Settings, config: dict[str, Any]) -> dict[str, Any]:
         "--n_threads", str(config["n_threads"]),
         "--host", HOST,
         "--port", str(port),
+        # Processes share the server: one's request must not cut another's streamed answer short.
+        "--interrupt_requests", "False",
     ]
     if config["chat_format"]:
         command += ["--chat_format", config["chat_format"]]
@@ -232,6 +234,14 @@ def _is_ready(port: int, timeout_s: float) -> bool:
     except httpx.HTTPError:
         return False
     return response.status_code == 200
+
+
+def _accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=2.0):
+            return True
+    except OSError:
+        return False
 
 
 def _log_tail(log: Path) -> str:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,17 @@ class TestThroughTheLocalServer:
         assert data is not None
         assert isinstance(data["sub_questions"], list) and 1 <= len(data["sub_questions"]) <= 2
         assert all(isinstance(item, str) for item in data["sub_questions"])
+
+
+class TestSharedServer:
+    def test_busy_server_is_reused_not_replaced(self, local_llm_settings):
+        local = ensure_local_llm(local_llm_settings)
+        generator = build_chat_generator(local_llm_settings, "generator")
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            answer = pool.submit(generate_text, generator, "Write a long story about a tower.", max_tokens=64)
+            time.sleep(0.5)  # let the generation take the model lock
+            assert ensure_local_llm(local_llm_settings) == local
+            assert isinstance(answer.result(timeout=300), str)
 
 
 class TestServerLifecycle:

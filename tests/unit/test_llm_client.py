@@ -148,3 +148,12 @@ class TestCheckLLMEndpoint:
         client.check_llm_endpoint(settings, "reasoner")
         with pytest.raises(LLMUnavailableError, match="role grader"):
             client.check_llm_endpoint(settings, "grader")
+
+    def test_embedded_server_is_checked_by_starting_it_not_by_polling(self, monkeypatch, tmp_path):
+        # /v1/models on llama_cpp.server waits for the model lock, so a busy shared server would look down.
+        busy = LocalLLM(base_url=f"http://127.0.0.1:{closed_port()}/v1", model="docqa-local", pid=1, port=1,
+                        model_path="/m.gguf")
+        started = []
+        monkeypatch.setattr(client, "ensure_local_llm", lambda settings: started.append(settings) or busy)
+        client.check_llm_endpoint(Settings(data_dir=tmp_path), "grader")
+        assert len(started) == 1
