@@ -8,7 +8,9 @@ MuSiQue and HotpotQA samples. Per dataset: embed the corpus into a fresh embedde
 - `topic forced`: filtered to the question's topic whatever its probability, no fallback (what narrowing costs).
 
 Time is per query, median and p90, of the retriever call (the topic variants include assigning the question's
-topic, i.e. one extra query embedding). Recall@k = supporting passages found / supporting passages, averaged.
+topic, i.e. one extra query embedding); a last line times the store's BM25 + dense search alone, whole corpus
+vs the question's topic, with a precomputed query embedding (the narrowing itself).
+Recall@k = supporting passages found / supporting passages, averaged.
 One torch thread. Prints figures; asserts nothing.
 
     nice python bench/topic_filtering.py
@@ -69,6 +71,28 @@ def _ms(values: list[float], q: float) -> float:
     return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _store_search_times(store: Any, assigner: TopicAssigner, text_embedder: Any, questions: list[Any],
+                        filters: dict[str, Any]) -> None:
+    """The narrowing itself: BM25 + dense search in the store with a precomputed query embedding, whole corpus
+    vs the question's topic only (no embedding, fusion or topic-assignment time)."""
+    plain, narrowed, sizes = [], [], []
+    for q in questions:
+        vector = text_embedder.run(text=q.question)["embedding"]
+        topic = assigner.run(query=q.question)["query_topic"]
+        topic_filters = {"operator": "AND", "conditions": [
+            filters, {"field": "meta.topic_id", "operator": "==", "value": topic.topic_id}]}
+        for bucket, active in ((plain, filters), (narrowed, topic_filters)):
+            start = time.perf_counter()
+            store.bm25_retrieval(query=q.question, filters=active, top_k=20)
+            store.embedding_retrieval(query_embedding=vector, filters=active, top_k=20)
+            bucket.append(time.perf_counter() - start)
+        sizes.append(store.count_documents_by_filter(topic_filters) if hasattr(store, "count_documents_by_filter")
+                     else 0)
+    print(f"{'store search':<16} whole corpus p50 {_ms(plain, 0.5):.1f} ms / p90 {_ms(plain, 0.9):.1f} ms; "
+          f"topic only p50 {_ms(narrowed, 0.5):.1f} ms / p90 {_ms(narrowed, 0.9):.1f} ms "
+          f"(median topic size {statistics.median(sizes):.0f} passages)", flush=True)
+
+
 def main() -> None:
     if not (shared_data_dir() / "multihop").is_dir():
         sys.exit(f"shared data not found at {shared_data_dir()}; nothing to measure")
@@ -121,6 +145,7 @@ def main() -> None:
                       f"{_ms(times, 0.9):7.1f}  {mode_text}", flush=True)
             print(f"{'':<16} median over {len(questions)} questions: "
                   f"{statistics.median(len(q.supporting_ids) for q in questions)} supporting passages each")
+            _store_search_times(store, assigner, text_embedder, questions, filters)
             store.close()
 
 
