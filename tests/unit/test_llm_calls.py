@@ -11,6 +11,7 @@ from openai.types.chat import ChatCompletion
 
 from docqa.errors import LLMUnavailableError
 from docqa.llm.calls import (
+    YES_NO_BARE_SCHEMA,
     YES_NO_SCHEMA,
     generate_json,
     generate_text,
@@ -44,10 +45,12 @@ class FakeEndpoint:
         self.reply = reply
         self.rejection = rejection or (lambda: _status_error(openai.BadRequestError, 400, "bad response_format"))
         self.formats: list[str] = []
+        self.sent: list[dict[str, Any] | None] = []
 
     def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
         response_format = (generation_kwargs or {}).get("response_format")
         shape = response_format["type"] if response_format else "none"
+        self.sent.append(response_format)
         self.formats.append(shape)
         if shape not in self.accepts:
             raise self.rejection()
@@ -70,6 +73,8 @@ class TestParseYesNo:
         [
             ('{"answer": "Yes"}', True),
             ('{ "answer": "No"} ', False),
+            ('"Yes"', True),
+            ('"No"', False),
             ("Yes.", True),
             ("no, the passages do not say", False),
             ('```json\n{"answer": "No"}\n```', False),
@@ -173,10 +178,17 @@ class TestConstrainedRequests:
         assert llm.calls[0]["generation_kwargs"]["max_tokens"] == 16
 
     def test_falls_back_to_json_object_schema_and_remembers_it(self):
-        llm = FakeEndpoint("http://fallback-a.test/v1", accepts={"json_object"}, reply='{"answer": "No"}')
+        llm = FakeEndpoint("http://fallback-a.test/v1", accepts={"json_object"}, reply='"No"')
         assert generate_yes_no(llm, "Is it?") is False
         assert generate_yes_no(llm, "Is it?") is False
         assert llm.formats == ["json_schema", "json_object", "json_object"]
+        # llama-cpp-python's grammar takes any root type: the verdict is asked for as a bare string.
+        assert llm.sent[-1] == {"type": "json_object", "schema": YES_NO_BARE_SCHEMA}
+
+    def test_json_object_style_sends_the_callers_schema(self):
+        llm = FakeEndpoint("http://fallback-e.test/v1", accepts={"json_object"}, reply='{"title": "D", "year": 1}')
+        assert generate_json(llm, "Which?", SCHEMA) == {"title": "D", "year": 1}
+        assert llm.sent[-1] == {"type": "json_object", "schema": SCHEMA}
 
     def test_falls_back_to_unconstrained_and_remembers_it(self):
         llm = FakeEndpoint("http://fallback-b.test/v1", accepts={"none"}, reply="Yes, it is.")
