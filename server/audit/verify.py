@@ -132,6 +132,9 @@ def verify_chain(
     """
     if checkpoint is not None and public_key is None:
         raise ValueError("verifying against a checkpoint needs the audit public key")
+    if session.get_bind().dialect.name == "postgresql" and not session.in_transaction():
+        # One snapshot for every batch, so a retention run meanwhile cannot look like deleted links.
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
     anchors = list(session.scalars(select(AuditAnchor).order_by(AuditAnchor.up_to_seq)))
     start = ChainPosition(0, GENESIS_MAC)
     forged_anchor = None
