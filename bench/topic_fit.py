@@ -20,7 +20,6 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 import json
 import pickle
-import resource
 import subprocess
 import sys
 import tempfile
@@ -30,26 +29,28 @@ from pathlib import Path
 import numpy as np
 
 
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _memory_mb(field: str) -> float:
+    # /proc rather than getrusage: ru_maxrss survives exec, so a child would report its parent's peak.
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def fit_only(payload: Path) -> None:
     """Child process: fit one topic model version from pickled texts/labels and an .npy of vectors."""
-    baseline = _rss_mb()
     with payload.open("rb") as handle:
         texts, labels = pickle.load(handle)
     vectors = np.load(payload.with_suffix(".npy"))
-    loaded = _rss_mb()
     from docqa.components.topic_models import TopicModelStore
 
-    imported = _rss_mb()
+    before = _memory_mb("VmRSS")
     start = time.perf_counter()
     info, _ = TopicModelStore(payload.parent / "models").fit_new_version(texts, vectors, labels)
     seconds = time.perf_counter() - start
     print(json.dumps({"seconds": seconds, "mode": info.mode, "topics": info.n_topics,
-                      "outliers": info.topic_sizes.get("-1", 0), "rss_start_mb": baseline,
-                      "rss_data_mb": loaded, "rss_imports_mb": imported, "rss_peak_mb": _rss_mb()}))
+                      "outliers": info.topic_sizes.get("-1", 0), "rss_before_mb": before,
+                      "rss_peak_mb": _memory_mb("VmHWM")}))
 
 
 def _corpora() -> dict[str, tuple[list[str], list[str | None] | None]]:
@@ -100,7 +101,7 @@ def main() -> None:
                                    text=True, check=True)
             figures = json.loads(child.stdout.strip().splitlines()[-1])
             print(f"{name:<18} {len(texts):>6} {embed_s:>8.1f} | {figures['mode']:<12} {figures['topics']:>6} "
-                  f"{figures['outliers']:>8} {figures['seconds']:>7.1f} {figures['rss_imports_mb']:>18.0f} "
+                  f"{figures['outliers']:>8} {figures['seconds']:>7.1f} {figures['rss_before_mb']:>18.0f} "
                   f"{figures['rss_peak_mb']:>11.0f}", flush=True)
 
 
