@@ -24,7 +24,7 @@ from docqa.server.api_errors import STATUS_CODES, ApiError, error_body
 from docqa.server.config import server_settings
 from docqa.server.context import ServerContext
 from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, RateLimiter
-from docqa.server.routes import accounts, documents, health, openai_compat, query, traces
+from docqa.server.routes import accounts, documents, health, me, openai_compat, query, traces, ui
 from docqa.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         upload_prefixes=UPLOAD_PREFIXES,
     )
     _add_error_handlers(app)
-    for module in (health, query, openai_compat, accounts, documents, traces):
+    for module in (health, query, openai_compat, accounts, me, documents, traces, ui):
         app.include_router(module.router)
     return app
 

@@ -1,0 +1,103 @@
+// Admins: upload files as an ingestion job, follow the job, list and delete the tenant's documents.
+import { api } from "./api.js";
+import { byId, clear, el, guarded } from "./dom.js";
+
+const PAGE = 50;
+const POLL_MS = 1000;
+// A job is followed for at most an hour of polls; its status stays available through the API afterwards.
+const MAX_POLLS = 3600;
+const FINAL_JOB = new Set(["succeeded", "completed_with_errors", "failed"]);
+
+let offset = 0;
+
+function showJob(job) {
+  byId("job").hidden = false;
+  byId("job-id").textContent = job.job_id;
+  byId("job-status").textContent = job.status;
+  const progress = /** @type {HTMLProgressElement} */ (byId("job-progress"));
+  progress.max = Math.max(job.items_total || 0, 1);
+  progress.value = job.items_done || 0;
+  byId("job-counts").textContent = `${job.items_done}/${job.items_total} files done: ${job.items_written} written, `
+    + `${job.items_skipped} unchanged, ${job.items_failed} failed; ${job.chunks_written} chunks`;
+  const failures = byId("job-failures");
+  clear(failures);
+  for (const failure of job.failures || []) {
+    failures.append(el("li", { className: "error", text: `${failure.source_id}: ${failure.reason} (${failure.code})` }));
+  }
+}
+
+async function follow(jobId) {
+  for (let poll = 0; poll < MAX_POLLS; poll += 1) {
+    const job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+    showJob(job);
+    if (FINAL_JOB.has(job.status)) {
+      await loadDocuments();
+      return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+  }
+  byId("job-status").textContent = "still running; refresh the list later";
+}
+
+async function upload() {
+  const files = /** @type {HTMLInputElement} */ (byId("upload-files")).files;
+  if (!files || !files.length) throw new Error("choose at least one file");
+  const form = new FormData();
+  for (const file of files) form.append("files", file, file.name);
+  const access = /** @type {HTMLInputElement} */ (byId("upload-access")).value;
+  for (const principal of access.split(",").map((p) => p.trim()).filter(Boolean)) form.append("access", principal);
+  const created = await api("/v1/documents", { method: "POST", form });
+  byId("job").hidden = false;
+  byId("job-id").textContent = created.job_id;
+  byId("job-status").textContent = "queued";
+  /** @type {HTMLFormElement} */ (byId("upload-form")).reset();
+  await follow(created.job_id);
+}
+
+async function remove(sourceId, button) {
+  if (!window.confirm(`Delete every chunk of ${sourceId}?`)) return;
+  await guarded(button, async () => {
+    await api(`/v1/documents/${encodeURIComponent(sourceId)}`, { method: "DELETE" });
+    await loadDocuments();
+  });
+}
+
+function documentRow(doc) {
+  const button = el("button", { text: "Delete", attrs: { type: "button" } });
+  button.addEventListener("click", () => remove(doc.source_id, button));
+  const row = el("tr", { attrs: { "data-source": String(doc.source_id) } });
+  for (const value of [doc.source_id, doc.title || "", doc.chunks, (doc.access || []).join(", ")]) {
+    row.append(el("td", { text: value }));
+  }
+  row.append(el("td", {}, button));
+  return row;
+}
+
+async function loadDocuments() {
+  const page = await api(`/v1/documents?limit=${PAGE}&offset=${offset}`);
+  const body = byId("documents").querySelector("tbody");
+  clear(body);
+  for (const doc of page.documents) body.append(documentRow(doc));
+  if (!page.documents.length) body.append(el("tr", {}, el("td", { className: "muted", text: "No documents.", attrs: { colspan: "5" } })));
+  const last = Math.min(offset + PAGE, page.total);
+  byId("documents-page").textContent = page.total ? `${offset + 1}–${last} of ${page.total}` : "";
+  /** @type {HTMLButtonElement} */ (byId("documents-prev")).disabled = offset === 0;
+  /** @type {HTMLButtonElement} */ (byId("documents-next")).disabled = last >= page.total;
+}
+
+export async function setupDocuments() {
+  byId("upload-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    guarded(byId("upload-button"), upload);
+  });
+  byId("documents-refresh").addEventListener("click", (event) => guarded(event.currentTarget, loadDocuments));
+  byId("documents-prev").addEventListener("click", (event) => {
+    offset = Math.max(0, offset - PAGE);
+    guarded(event.currentTarget, loadDocuments);
+  });
+  byId("documents-next").addEventListener("click", (event) => {
+    offset += PAGE;
+    guarded(event.currentTarget, loadDocuments);
+  });
+  await loadDocuments();
+}

@@ -1,0 +1,172 @@
+// Auditors: filter and page through traces, open one with every step as a tree, verify the hash chain.
+import { api } from "./api.js";
+import { byId, clear, el, guarded, json, seconds } from "./dom.js";
+
+const PAGE = 50;
+let offset = 0;
+
+function value(id) {
+  return /** @type {HTMLInputElement} */ (byId(id)).value.trim();
+}
+
+function query() {
+  const params = new URLSearchParams({ limit: String(PAGE), offset: String(offset) });
+  for (const [name, id] of [["user", "filter-user"], ["pipeline", "filter-pipeline"], ["status", "filter-status"], ["text", "filter-text"]]) {
+    if (value(id)) params.set(name, value(id));
+  }
+  for (const [name, id] of [["since", "filter-since"], ["until", "filter-until"]]) {
+    // datetime-local is the browser's local time; the API wants an explicit zone.
+    if (value(id)) params.set(name, new Date(value(id)).toISOString());
+  }
+  return params.toString();
+}
+
+function traceRow(trace) {
+  const button = el("button", { text: "Open", attrs: { type: "button" } });
+  button.addEventListener("click", () => guarded(button, () => openTrace(trace.id)));
+  const row = el("tr", { attrs: { "data-trace": String(trace.id) } });
+  for (const text of [trace.asked_at, trace.asked_by, trace.pipeline, trace.status, trace.question]) {
+    row.append(el("td", { text }));
+  }
+  row.append(el("td", {}, button));
+  return row;
+}
+
+async function loadTraces() {
+  const page = await api(`/v1/traces?${query()}`);
+  const body = byId("traces").querySelector("tbody");
+  clear(body);
+  for (const trace of page.traces) body.append(traceRow(trace));
+  if (!page.traces.length) body.append(el("tr", {}, el("td", { className: "muted", text: "No traces.", attrs: { colspan: "6" } })));
+  const last = Math.min(offset + PAGE, page.total);
+  byId("traces-page").textContent = page.total ? `${offset + 1}–${last} of ${page.total}` : "";
+  /** @type {HTMLButtonElement} */ (byId("traces-prev")).disabled = offset === 0;
+  /** @type {HTMLButtonElement} */ (byId("traces-next")).disabled = last >= page.total;
+}
+
+function field(list, name, text) {
+  list.append(el("dt", { text: name }), el("dd", { text: text ?? "–" }));
+}
+
+function block(title, content) {
+  return el("div", { className: "block" }, el("div", { className: "label", text: title }), el("pre", { text: content }));
+}
+
+function llmCall(call, index) {
+  const tokens = `${call.prompt_tokens ?? 0} prompt + ${call.completion_tokens ?? 0} completion tokens`;
+  return el("details", { className: "llm-call" },
+    el("summary", { text: `LLM call ${index + 1}${call.model ? ` (${call.model})` : ""} · ${tokens}` }),
+    block("Prompt", String(call.prompt ?? "")),
+    block("Response", String(call.response ?? "")));
+}
+
+function stepNode(step, children, startedAt) {
+  const tokens = (step.prompt_tokens || 0) + (step.completion_tokens || 0);
+  const offsetS = typeof step.started_at === "number" ? step.started_at - startedAt : null;
+  const head = [`#${step.position}`, step.kind, step.name, `+${seconds(offsetS)}`, seconds(step.duration_s)];
+  if (step.llm_calls) head.push(`${step.llm_calls} LLM call(s), ${tokens} tokens (${step.prompt_tokens} + ${step.completion_tokens})`);
+  const details = el("details", { className: "step", attrs: { "data-kind": String(step.kind) } },
+    el("summary", { text: head.join(" · ") }));
+  if (step.error) details.append(el("p", { className: "error", text: step.error }));
+  const { llm_calls: calls, ...outputs } = step.outputs && typeof step.outputs === "object" ? step.outputs : {};
+  details.append(block("Inputs", json(step.inputs)), block("Outputs", json(outputs)));
+  if (Array.isArray(step.documents) && step.documents.length) details.append(block("Documents", json(step.documents)));
+  if (Array.isArray(calls)) calls.forEach((call, index) => details.append(llmCall(call || {}, index)));
+  const item = el("li", {}, details);
+  if (children.length) item.append(el("ol", { className: "tree" }, ...children));
+  return item;
+}
+
+function stepTree(steps) {
+  const sorted = [...steps].sort((a, b) => a.position - b.position);
+  const startedAt = Math.min(...sorted.map((s) => (typeof s.started_at === "number" ? s.started_at : Infinity)));
+  const byParent = new Map();
+  const positions = new Set(sorted.map((s) => s.position));
+  for (const step of sorted) {
+    // A parent that is missing (or the step itself) puts the step at the top instead of losing it.
+    const parent = positions.has(step.parent) && step.parent !== step.position ? step.parent : null;
+    if (!byParent.has(parent)) byParent.set(parent, []);
+    byParent.get(parent).push(step);
+  }
+  const placed = new Set();
+  const build = (parent) => (byParent.get(parent) || [])
+    .filter((step) => !placed.has(step.position) && placed.add(step.position))
+    .map((step) => stepNode(step, build(step.position), startedAt));
+  const roots = build(null);
+  // Steps only reachable through a parent cycle are still shown.
+  const orphans = sorted.filter((step) => !placed.has(step.position)).map((step) => stepNode(step, [], startedAt));
+  return [...roots, ...orphans];
+}
+
+async function openTrace(traceId) {
+  const trace = await api(`/v1/traces/${encodeURIComponent(traceId)}`);
+  byId("detail-id").textContent = trace.id;
+  const fields = byId("detail-fields");
+  clear(fields);
+  const totals = trace.totals || {};
+  field(fields, "Asked by", `${trace.asked_by} (${trace.tenant})`);
+  field(fields, "Asked at", trace.asked_at);
+  field(fields, "Question", trace.question);
+  field(fields, "Pipeline", trace.pipeline);
+  field(fields, "Status", trace.status);
+  field(fields, "Answer", trace.answer);
+  field(fields, "Stop reason", trace.stop_reason);
+  field(fields, "Error", trace.error);
+  field(fields, "Totals", `${totals.llm_calls ?? 0} LLM calls, ${totals.prompt_tokens ?? 0} prompt + `
+    + `${totals.completion_tokens ?? 0} completion tokens, ${seconds(totals.wall_time_s)}`);
+  field(fields, "Models", json(trace.models));
+  field(fields, "Config hash", trace.config_hash);
+  field(fields, "Chain link", trace.proof ? `seq ${trace.proof.seq}, mac ${trace.proof.mac}` : null);
+  const citations = byId("detail-citations");
+  clear(citations);
+  for (const citation of trace.citations || []) {
+    citations.append(el("li", {}, el("div", { className: "source", text: citation.source || citation.document_id }),
+      el("blockquote", { className: "snippet", text: citation.snippet || "" })));
+  }
+  const steps = byId("detail-steps");
+  clear(steps);
+  steps.append(...stepTree(Array.isArray(trace.steps) ? trace.steps : []));
+  byId("trace-detail").hidden = false;
+  byId("trace-detail").scrollIntoView();
+}
+
+async function verify() {
+  const result = byId("verify-result");
+  result.textContent = "Verifying…";
+  result.className = "";
+  let report;
+  try {
+    report = await api("/v1/traces/verify", { method: "POST" });
+  } catch (error) {
+    result.textContent = "";
+    throw error;
+  }
+  const notes = report.notes && report.notes.length ? ` Notes: ${report.notes.join("; ")}` : "";
+  if (report.ok) {
+    result.className = "ok";
+    result.textContent = `Chain verified: ${report.checked} traces checked (seq ${report.start_seq}–${report.head_seq}).${notes}`;
+  } else {
+    const broken = report.broken || {};
+    result.className = "error";
+    result.textContent = `Chain BROKEN at seq ${broken.seq ?? "?"}${broken.trace_id ? ` (trace ${broken.trace_id})` : ""}: `
+      + `${broken.reason || "unknown reason"}; ${report.checked} traces checked.${notes}`;
+  }
+}
+
+export async function setupTraces() {
+  byId("trace-filter").addEventListener("submit", (event) => {
+    event.preventDefault();
+    offset = 0;
+    guarded(/** @type {HTMLFormElement} */ (event.currentTarget).querySelector("button"), loadTraces);
+  });
+  byId("traces-prev").addEventListener("click", (event) => {
+    offset = Math.max(0, offset - PAGE);
+    guarded(event.currentTarget, loadTraces);
+  });
+  byId("traces-next").addEventListener("click", (event) => {
+    offset += PAGE;
+    guarded(event.currentTarget, loadTraces);
+  });
+  byId("verify-chain").addEventListener("click", (event) => guarded(event.currentTarget, verify));
+  await loadTraces();
+}
