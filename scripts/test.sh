@@ -14,4 +14,7 @@ python -m pip install --quiet --upgrade pip
 # llama-cpp-python is compiled from source on first install (several minutes on 2 cores); pip caches the wheel.
 python -m pip install --quiet -e ".[local-llm,test]"
 
+# The web UI tests drive Debian's chromium through playwright (never `playwright install`: no downloads).
+command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
+
 exec python -m pytest -ra "$@"
