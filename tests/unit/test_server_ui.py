@@ -94,4 +94,6 @@ class TestStaticSources:
 
     @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
     def test_no_external_resources(self, path):
-        assert not re.findall(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", path.read_text(), flags=re.IGNORECASE)
+        # An XML namespace is a name, never fetched.
+        text = re.sub(r'xmlns="[^"]*"', "", path.read_text())
+        assert not re.findall(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, flags=re.IGNORECASE)
