@@ -1,6 +1,6 @@
 """The web UI in a real browser (Debian's chromium driven by playwright) against the gunicorn server stack:
-a user asks and reads the cited answer, an admin uploads and follows the job, an auditor opens the trace
-and verifies the chain, roles only see their views, and a hostile document is shown as text.
+a user asks and reads the cited answer, an admin uploads, follows the job and deletes a document, an auditor
+opens the trace and verifies the chain, roles only see their views, and a hostile document is shown as text.
 
 The tests of this module run in order: the upload test writes the hostile document the next test asks about.
 """
@@ -107,7 +107,7 @@ def test_user_asks_and_reads_the_cited_answer(page, stack):
     asked["alice"] = trace_id
 
 
-def test_admin_uploads_a_file_and_sees_the_job_finish(page, stack):
+def test_admin_uploads_sees_the_job_finish_and_deletes(page, stack):
     sign_in(page, stack, "root")
     assert visible_tabs(page) == {"ask", "documents"}
     assert page.locator("#traces-view").count() == 0
@@ -125,6 +125,11 @@ def test_admin_uploads_a_file_and_sees_the_job_finish(page, stack):
     row = page.locator(f"#documents tbody tr[data-source='{HOSTILE_NAME}']")
     row.wait_for()
     assert "everyone" in row.inner_text()
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("#documents tbody tr[data-source='velvetanchor.txt'] button").click()
+    page.locator("#documents tbody tr[data-source='velvetanchor.txt']").wait_for(state="detached")
+    assert page.locator(f"#documents tbody tr[data-source='{HOSTILE_NAME}']").count() == 1
 
 
 def test_hostile_document_content_is_shown_as_text(page, stack):
