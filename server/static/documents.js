@@ -1,5 +1,5 @@
 // Admins: upload files as an ingestion job, follow the job, list and delete the tenant's documents.
-import { api } from "./api.js";
+import { api, ApiError } from "./api.js";
 import { byId, clear, el, guarded } from "./dom.js";
 
 const PAGE = 50;
@@ -28,7 +28,15 @@ function showJob(job) {
 
 async function follow(jobId) {
   for (let poll = 0; poll < MAX_POLLS; poll += 1) {
-    const job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+    let job;
+    try {
+      job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+    } catch (error) {
+      // Over the key's rate limit: keep following, just more slowly.
+      if (!(error instanceof ApiError && error.status === 429)) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 5 * POLL_MS));
+      continue;
+    }
     showJob(job);
     if (FINAL_JOB.has(job.status)) {
       await loadDocuments();
