@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import sys
@@ -61,17 +62,20 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _run_question(settings: Settings, runtime: Any, pipeline_name: str, question: str, scope: AccessScope,
-                  asked_by: str, options: dict[str, Any]) -> Any:
+                  asked_by: str, options: dict[str, Any], run_options: dict[str, Any] | None = None) -> Any:
     from docqa.pipelines.base import validate_question
     from docqa.pipelines.registry import build_pipeline
+    from docqa.server.audit.recorder import answer_with_audit
 
     validate_question(question, settings.max_question_chars)
     pipeline = build_pipeline(pipeline_name, runtime, **options)
-    try:
-        from docqa.server.audit.recorder import answer_with_audit
-    except ImportError:  # audit trail not installed in this build
-        return pipeline.run(question, scope)
-    return answer_with_audit(pipeline, question, scope, asked_by=asked_by, settings=settings)
+    run_options = run_options or {}
+    accepted = inspect.signature(pipeline.run).parameters
+    unsupported = sorted(name for name in run_options if name not in accepted)
+    if unsupported:
+        flags = ", ".join("--" + name.replace("_", "-") for name in unsupported)
+        raise DocqaError(f"pipeline {pipeline_name!r} does not take {flags}")
+    return answer_with_audit(pipeline, question, scope, asked_by=asked_by, settings=settings, run_options=run_options)
 
 
 def _print_result(result: Any, as_json: bool) -> None:
@@ -95,9 +99,11 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     options: dict[str, Any] = {}
     if args.top_k is not None:
         options["top_k"] = args.top_k
+    run_options = {name: value for name, value in (("as_of", args.as_of), ("patient_id", args.patient))
+                   if value is not None}
     result = _run_question(
         settings, _runtime(settings), args.pipeline, args.question, _scope(settings, args),
-        asked_by=args.asked_by, options=options,
+        asked_by=args.asked_by, options=options, run_options=run_options,
     )
     _print_result(result, args.json)
     return 0
@@ -118,6 +124,51 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     scope = AccessScope(tenant=settings.tenant)
     result = _run_question(settings, runtime, args.pipeline, question, scope, asked_by="cli-demo", options={})
     _print_result(result, args.json)
+    return 0
+
+
+def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
+    """Ingest patient records: FHIR R4 bundle files and Synthea CSV export folders; each patient replaced whole."""
+    from docqa.ingestion.records import (
+        group_by_patient,
+        parse_fhir_bundle,
+        parse_synthea_csv_dir,
+        write_patient_records,
+    )
+
+    tenant = args.tenant or settings.tenant
+    access = args.allow or [EVERYONE]
+    documents = []
+    for path in (Path(p) for p in args.paths):
+        if path.is_dir():
+            documents += parse_synthea_csv_dir(path, tenant=tenant, access=access)
+        elif path.is_file():
+            documents += parse_fhir_bundle(path, tenant=tenant, access=access)
+        else:
+            raise DocqaError(f"no such file or directory: {path}")
+    runtime = _runtime(settings)
+    embedder = runtime.document_embedder()
+    embedder.warm_up()
+    written = deleted = 0
+    patients = group_by_patient(documents)
+    for patient_id, records in patients.items():
+        counts = write_patient_records(runtime.document_store, records, tenant=tenant, patient_id=patient_id,
+                                       embedder=embedder)
+        written += counts["written"]
+        deleted += counts["deleted"]
+    print(f"{len(patients)} patients: {written} records written, {deleted} stale records deleted")
+    return 0
+
+
+def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.pipelines.topic_admin import refit_topic_model
+
+    tenant = args.tenant or settings.tenant
+    try:
+        info = refit_topic_model(_runtime(settings), tenant)
+    except ValueError as exc:
+        raise DocqaError(f"cannot fit a topic model for tenant {tenant!r}: {exc}") from exc
+    print(f"topic model version {info.version} for tenant {tenant!r}: {info.n_topics} topics ({info.mode})")
     return 0
 
 
@@ -155,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant")
     p.add_argument("--principal", action="append", help="principal (user or group) to read as (repeatable)")
     p.add_argument("--asked-by", default="cli", dest="asked_by", help="who is asking, for the audit trail")
+    p.add_argument("--as-of", dest="as_of", help="reference date for time-scoped questions (atrag; default: now)")
+    p.add_argument("--patient", help="patient id the question is about (atrag)")
     p.set_defaults(handler=cmd_ask)
 
     p = sub.add_parser("demo", help="ingest the bundled sample corpus and answer a question over it")
@@ -162,6 +215,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline", default="standard")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_demo)
+
+    p = sub.add_parser("records", help="ingest patient records (FHIR R4 bundle files, Synthea CSV folders)")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--tenant")
+    p.add_argument("--allow", action="append", metavar="PRINCIPAL", help="principal allowed to read (repeatable)")
+    p.set_defaults(handler=cmd_records)
+
+    p = sub.add_parser("topics", help="AT-RAG topic model administration")
+    p.add_argument("action", choices=["refit"], help="fit a new topic model version and re-tag the tenant's documents")
+    p.add_argument("--tenant")
+    p.set_defaults(handler=cmd_topics)
 
     p = sub.add_parser("llm", help="manage the embedded local LLM server")
     p.add_argument("action", choices=["start", "stop"])

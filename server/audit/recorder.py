@@ -230,11 +230,13 @@ def answer_with_audit(
     *,
     filters: dict[str, Any] | None = None,
     models: dict[str, Any] | None = None,
+    run_options: dict[str, Any] | None = None,
 ) -> PipelineResult:
     """Run a pipeline and commit its trace before returning the answer (or re-raising its error).
 
     :param asked_by: the authenticated caller (user id), never taken from the request body.
     :param models: the model serving each LLM role; defaults to the settings' per-role endpoints.
+    :param run_options: strategy-specific keyword arguments of `pipeline.run` (e.g. AT-RAG's `as_of`).
     :returns: the result, with `trace_id` set to the committed trace.
     """
     models = models if models is not None else models_from_settings(settings)
@@ -243,7 +245,7 @@ def answer_with_audit(
               "asked_at": asked_at}
     with capture_recorders() as recorders:
         try:
-            result = pipeline.run(question, scope, filters)
+            result = pipeline.run(question, scope, filters, **(run_options or {}))
         except Exception as exc:
             record_answer(
                 settings, None, question=question, config=pipeline.config(),

@@ -60,3 +60,29 @@ class TestCliErrors:
 
     def test_ingest_missing_path(self, tmp_path):
         assert_one_line_error(run_cli(tmp_path, "ingest", str(tmp_path / "nope.txt")), "no such file")
+
+    def test_rejects_run_options_a_pipeline_does_not_take(self, tmp_path):
+        proc = run_cli(tmp_path, "ask", "What?", "--pipeline", "no_retrieval", "--as-of", "2019-01-01")
+        assert_one_line_error(proc, "does not take --as-of")
+
+
+FHIR_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "records" / "synthea_fhir_r4"
+
+
+class TestRecordsAndTopics:
+    def test_records_then_topic_refit(self, tmp_path):
+        bundles = sorted(FHIR_DIR.glob("*.json"))
+        if not bundles:
+            pytest.skip("../shared/data/records is not present")
+        smallest = min(bundles, key=lambda p: p.stat().st_size)
+        first = run_cli(tmp_path, "records", str(smallest), "--allow", "group:clinicians")
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.startswith("1 patients: ") and "0 stale records deleted" in first.stdout
+        again = run_cli(tmp_path, "records", str(smallest), "--allow", "group:clinicians")
+        assert again.stdout == first.stdout
+        refit = run_cli(tmp_path, "topics", "refit")
+        assert refit.returncode == 0, refit.stderr
+        assert "topic model version 1" in refit.stdout and "(supervised)" in refit.stdout
+
+    def test_records_missing_path(self, tmp_path):
+        assert_one_line_error(run_cli(tmp_path, "records", str(tmp_path / "none.json")), "no such file")
