@@ -10,7 +10,7 @@ from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_chatgenerator_inplace
 
 from docqa.components.prompt_templates import load_prompt, render_prompt
-from docqa.llm.calls import ChatGenerator, generate_text
+from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
 
 _REFERENCE = re.compile(r"\[(\d{1,3})\]")
 
@@ -50,14 +50,16 @@ class CitedAnswerGenerator:
         """
         :param question: The user's question.
         :param documents: Context documents, in the order they are numbered in the prompt.
-        :returns: `answer`, `cited_documents` and `citation_mode` ("explicit", "context" or "none").
+        :returns: `answer` (empty when the model only repeated the prompt), `cited_documents` and
+            `citation_mode` ("explicit", "context" or "none").
         """
         prompt = render_prompt(self.prompt_template, question=question, documents=documents)
-        answer = generate_text(self.chat_generator, prompt, max_tokens=self.max_tokens, purpose="answer")
+        raw = generate_text(self.chat_generator, prompt, max_tokens=self.max_tokens, purpose="answer")
+        answer = strip_prompt_echo(raw, prompt)
         cited = _referenced(answer, documents)
         if cited:
             mode = "explicit"
-        elif documents:
+        elif documents and answer:
             cited, mode = list(documents), "context"
         else:
             mode = "none"

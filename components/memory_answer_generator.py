@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
@@ -11,10 +10,7 @@ from haystack.utils import deserialize_chatgenerator_inplace
 
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.components.resp_memory import ReSPMemory
-from docqa.llm.calls import ChatGenerator, generate_text
-
-_LEADING_LABEL = re.compile(r"^\s*(?:final\s+)?answer\s*:\s*", re.IGNORECASE)
-_ECHOED_QUESTION = re.compile(r"^\s*question\s*:", re.IGNORECASE)
+from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
 
 
 @component
@@ -57,9 +53,10 @@ class MemoryAnswerGenerator:
         :param memory: Both memory queues.
         :returns: `answer`, possibly empty when the model says nothing.
         """
-        raw = generate_text(self.chat_generator, self.prompt_for(question, memory), max_tokens=self.max_tokens,
-                            purpose="resp_generate")
-        return {"answer": _first_line(raw)}
+        prompt = self.prompt_for(question, memory)
+        raw = generate_text(self.chat_generator, prompt, max_tokens=self.max_tokens, purpose="resp_generate")
+        lines = strip_prompt_echo(raw, prompt).splitlines()
+        return {"answer": lines[0] if lines else ""}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
@@ -73,14 +70,3 @@ class MemoryAnswerGenerator:
     def from_dict(cls, data: dict[str, Any]) -> MemoryAnswerGenerator:
         deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
         return default_from_dict(cls, data)
-
-
-def _first_line(raw: str) -> str:
-    for line in raw.splitlines():
-        # Base models continue the prompt's pattern with a new "Question: ..." line: that is not an answer.
-        if _ECHOED_QUESTION.match(line):
-            continue
-        text = _LEADING_LABEL.sub("", line.strip()).strip()
-        if text:
-            return text
-    return ""

@@ -255,3 +255,25 @@ def generate_json(generator: ChatGenerator, prompt: str, schema: dict[str, Any],
     if any(key not in data for key in required):
         return None
     return data
+
+
+_ANSWER_LABEL = re.compile(r"^\s*(?:final\s+)?answer\s*:\s*", re.IGNORECASE)
+_QUESTION_LINE = re.compile(r"^\s*question\s*:", re.IGNORECASE)
+
+
+def strip_prompt_echo(reply: str, prompt: str) -> str:
+    """The reply without lines that repeat the prompt, "Question: ..." continuations and "Answer:" labels.
+
+    Base (not instruction-tuned) models often continue or repeat the prompt instead of answering; what remains
+    may be empty, which callers treat as "no answer" rather than showing the prompt back to the user.
+    """
+    prompt_lines = {line.strip() for line in prompt.splitlines() if line.strip()}
+    kept = []
+    for line in reply.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped in prompt_lines or _QUESTION_LINE.match(stripped):
+            continue
+        text = _ANSWER_LABEL.sub("", stripped).strip()
+        if text:
+            kept.append(text)
+    return "\n".join(kept)

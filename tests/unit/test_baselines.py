@@ -126,3 +126,22 @@ class TestRegistry:
         pipeline = build_pipeline("no_retrieval", runtime, max_tokens=8)
         assert pipeline.run("Hi?", ALICE).answer == "ok"
         assert roles == ["generator"]
+
+
+class TestPromptEcho:
+    def test_whole_echoed_prompt_lines_and_question_continuations_are_dropped(self, store):
+        def echo(prompt: str) -> str:
+            first_line = prompt.splitlines()[0]
+            return f"{first_line}\nQuestion: what else?\nAnswer: 0.30 euros per kilometre [1]"
+
+        llm = ScriptedChatGenerator(rules=[(r"mileage", echo)])
+        result = _standard(store, llm, top_k=2).run("mileage rate", ALICE)
+        assert result.answer == "0.30 euros per kilometre [1]"
+        assert result.steps[1].outputs["citation_mode"] == "explicit"
+
+    def test_a_reply_that_only_repeats_the_prompt_gives_no_answer_and_no_citations(self, store):
+        llm = ScriptedChatGenerator(rules=[(r"mileage", lambda prompt: prompt.splitlines()[0])])
+        result = _standard(store, llm, top_k=2).run("mileage rate", ALICE)
+        assert result.answer == ""
+        assert result.citations == []
+        assert result.steps[1].outputs["citation_mode"] == "none"

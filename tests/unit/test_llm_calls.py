@@ -252,3 +252,17 @@ class TestEndpointFailures:
             assert f"127.0.0.1:{port}" in info.value.message
             assert "unreachable" in info.value.message
             assert "\n" not in info.value.message
+
+
+class TestStripPromptEcho:
+    def test_keeps_the_answer_after_echoed_lines(self):
+        from docqa.llm.calls import strip_prompt_echo
+
+        prompt = "Answer briefly.\n\nQuestion: Who wrote Hamlet?\nAnswer:"
+        reply = "Answer briefly.\nQuestion: Who wrote Hamlet?\nAnswer: Shakespeare\nQuestion: next?"
+        assert strip_prompt_echo(reply, prompt) == "Shakespeare"
+
+    def test_an_echo_only_reply_is_empty(self):
+        from docqa.llm.calls import strip_prompt_echo
+
+        assert strip_prompt_echo("Answer briefly.\n\n", "Answer briefly.\nQuestion: x") == ""
