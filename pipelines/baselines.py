@@ -14,6 +14,8 @@ from docqa.recording import StepRecorder, document_summary
 from docqa.result import PipelineResult
 from docqa.runtime import Runtime
 
+MAX_TOP_K = 100
+
 
 class NoRetrievalPipeline:
     """The generator answers from its own parameters: the lower bound for every retrieval strategy."""
@@ -105,6 +107,9 @@ def build_no_retrieval(runtime: Runtime, max_tokens: int | None = None) -> NoRet
 def build_standard(runtime: Runtime, top_k: int | None = None, max_tokens: int | None = None) -> StandardRAGPipeline:
     settings = runtime.settings
     top_k = top_k or settings.top_k
+    # Options may come from API callers: bound what one question can cost.
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}")
     generator = CitedAnswerGenerator(
         runtime.chat_generator("generator"),
         prompt_template=load_prompt("standard_answer", settings.prompts_dir),

@@ -145,3 +145,9 @@ class TestPromptEcho:
         assert result.answer == ""
         assert result.citations == []
         assert result.steps[1].outputs["citation_mode"] == "none"
+
+
+def test_standard_builder_bounds_top_k(tmp_path):
+    runtime = Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: ScriptedChatGenerator())
+    with pytest.raises(ValueError, match="top_k must be between 1 and 100"):
+        build_pipeline("standard", runtime, top_k=5000)
