@@ -259,6 +259,7 @@ def generate_json(generator: ChatGenerator, prompt: str, schema: dict[str, Any],
 
 _ANSWER_LABEL = re.compile(r"^\s*(?:final\s+)?answer\s*:\s*", re.IGNORECASE)
 _QUESTION_LINE = re.compile(r"^\s*question\s*:", re.IGNORECASE)
+_MIN_ECHO_PREFIX = 20
 
 
 def strip_prompt_echo(reply: str, prompt: str) -> str:
@@ -267,13 +268,18 @@ def strip_prompt_echo(reply: str, prompt: str) -> str:
     Base (not instruction-tuned) models often continue or repeat the prompt instead of answering; what remains
     may be empty, which callers treat as "no answer" rather than showing the prompt back to the user.
     """
-    prompt_lines = {line.strip() for line in prompt.splitlines() if line.strip()}
+    prompt_lines = [line.strip() for line in prompt.splitlines() if line.strip()]
     kept = []
     for line in reply.splitlines():
         stripped = line.strip()
-        if not stripped or stripped in prompt_lines or _QUESTION_LINE.match(stripped):
+        if not stripped or _QUESTION_LINE.match(stripped) or _repeats_a_line(stripped, prompt_lines):
             continue
         text = _ANSWER_LABEL.sub("", stripped).strip()
         if text:
             kept.append(text)
     return "\n".join(kept)
+
+
+def _repeats_a_line(text: str, prompt_lines: list[str]) -> bool:
+    # A reply cut off by max_tokens repeats only the start of a prompt line; short prefixes may be real answers.
+    return any(text == line or (len(text) >= _MIN_ECHO_PREFIX and line.startswith(text)) for line in prompt_lines)

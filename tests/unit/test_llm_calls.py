@@ -266,3 +266,10 @@ class TestStripPromptEcho:
         from docqa.llm.calls import strip_prompt_echo
 
         assert strip_prompt_echo("Answer briefly.\n\n", "Answer briefly.\nQuestion: x") == ""
+
+    def test_a_truncated_repeat_of_a_prompt_line_is_dropped_but_short_answers_stay(self):
+        from docqa.llm.calls import strip_prompt_echo
+
+        prompt = "[1] Onboarding guide New employees receive their laptop on their first day.\nQuestion: When?\nAnswer:"
+        assert strip_prompt_echo("[1] Onboarding guide New employees receive", prompt) == ""
+        assert strip_prompt_echo("[1] Onboarding", prompt) == "[1] Onboarding"
