@@ -137,7 +137,6 @@ def test_hostile_document_content_is_shown_as_text(page, stack):
     ask(page, HOSTILE_QUESTION, "standard")
     snippets = page.locator("#citations .snippet").all_text_contents()
     assert any(HOSTILE_MARKUP in s for s in snippets), snippets
-    assert HOSTILE_MARKUP in (page.text_content("#answer-text") or "")  # the echoed prompt holds it too
     assert page.locator("img").count() == 0
     assert page.evaluate("window.__pwned") is None
 
