@@ -128,7 +128,10 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
-    """Ingest patient records: FHIR R4 bundle files and Synthea CSV export folders; each patient replaced whole."""
+    """Ingest patient records: FHIR R4 bundles (files or folders of them) and Synthea CSV export folders.
+
+    Each patient's stored records are replaced whole, so re-ingesting a patient updates in place.
+    """
     from docqa.ingestion.records import (
         group_by_patient,
         parse_fhir_bundle,
@@ -140,8 +143,11 @@ def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
     access = args.allow or [EVERYONE]
     documents = []
     for path in (Path(p) for p in args.paths):
-        if path.is_dir():
+        if path.is_dir() and (path / "patients.csv").is_file():
             documents += parse_synthea_csv_dir(path, tenant=tenant, access=access)
+        elif path.is_dir():
+            for bundle in sorted(path.glob("*.json")):
+                documents += parse_fhir_bundle(bundle, tenant=tenant, access=access)
         elif path.is_file():
             documents += parse_fhir_bundle(path, tenant=tenant, access=access)
         else:
