@@ -23,7 +23,7 @@ from docqa.runtime import Runtime
 from docqa.server.api_errors import STATUS_CODES, ApiError, error_body
 from docqa.server.config import server_settings
 from docqa.server.context import ServerContext
-from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, RateLimiter
+from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, build_rate_limiter
 from docqa.server.routes import accounts, documents, health, me, openai_compat, query, traces, ui
 from docqa.settings import Settings
 
@@ -39,7 +39,9 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         settings=config,
         runtime=runtime or Runtime(config),
         sessions=session_factory(config),
-        rate_limiter=RateLimiter(config.rate_limit_per_minute, config.rate_limit_burst),
+        rate_limiter=build_rate_limiter(
+            config.rate_limit_redis_url, config.rate_limit_per_minute, config.rate_limit_burst
+        ),
         slots=QuerySlots(config.max_concurrent_queries, config.queue_timeout_s, config.retry_after_s),
     )
 

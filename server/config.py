@@ -27,9 +27,11 @@ class ServerSettings(Settings):
     max_json_bytes: int = Field(default=256 * 1024, ge=1024)
     max_upload_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
-    # Per API key, per worker process (token bucket refilled continuously).
+    # Per API key (token bucket refilled continuously): shared by every worker through Redis when
+    # `rate_limit_redis_url` is set, per worker process otherwise.
     rate_limit_per_minute: int = Field(default=600, ge=1)
     rate_limit_burst: int = Field(default=60, ge=1)
+    rate_limit_redis_url: str | None = None
 
     # Queries running at once per worker; further queries wait up to `queue_timeout_s`, then get 503.
     max_concurrent_queries: int = Field(default=8, ge=1)

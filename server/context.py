@@ -9,7 +9,7 @@ from sqlalchemy.orm import sessionmaker
 
 from docqa.runtime import Runtime
 from docqa.server.config import ServerSettings
-from docqa.server.limits import QuerySlots, RateLimiter
+from docqa.server.limits import QuerySlots, RateLimiter, RedisRateLimiter
 from docqa.server.pipeline_cache import PipelineCache
 
 
@@ -18,7 +18,7 @@ class ServerContext:
     settings: ServerSettings
     runtime: Runtime
     sessions: sessionmaker
-    rate_limiter: RateLimiter
+    rate_limiter: RateLimiter | RedisRateLimiter
     slots: QuerySlots
     pipelines: PipelineCache = field(init=False)
     executor: ThreadPoolExecutor = field(init=False)
@@ -32,3 +32,5 @@ class ServerContext:
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if isinstance(self.rate_limiter, RedisRateLimiter):
+            self.rate_limiter.close()

@@ -1,13 +1,16 @@
-"""Request limits of one worker process: body size, rate per API key, concurrent queries.
+"""Request limits: body size, rate per API key, concurrent queries per worker.
 
 Overload is answered at once or after a bounded wait with 429/503 and `Retry-After`; nothing waits forever.
-Rate and concurrency are counted per worker: with N gunicorn workers a key may get up to N times the rate.
+Concurrency is counted per worker. The rate is counted per worker by `RateLimiter`, or across every worker
+and machine by `RedisRateLimiter` (one bucket per key in Redis), which falls back to the local bucket
+while Redis cannot be reached, so an outage never turns into unlimited requests or refused service.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import threading
 import time
@@ -18,6 +21,8 @@ from typing import Any
 from docqa.server.api_errors import ApiError, error_body
 
 ASGIApp = Any
+
+logger = logging.getLogger(__name__)
 
 
 class BodySizeLimitMiddleware:
@@ -105,11 +110,86 @@ class RateLimiter:
             tokens = min(self.burst, tokens + (now - last) * self.rate)
             if tokens < 1.0:
                 self._buckets[key] = (tokens, now)
-                wait = math.ceil((1.0 - tokens) / self.rate)
-                raise ApiError(
-                    429, "rate_limited", "too many requests for this API key", headers={"Retry-After": str(wait)}
-                )
+                raise _rate_limited(tokens, self.rate)
             self._buckets[key] = (tokens - 1.0, now)
+
+
+# Redis' own clock, so that workers on machines whose clocks drift apart still share one refill schedule.
+# Token counts go back as strings: Redis truncates Lua numbers to integers in replies.
+_TOKEN_BUCKET_LUA = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1]) or burst
+local at = tonumber(state[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
+local allowed = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  allowed = 1
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 1)
+return {allowed, tostring(tokens)}
+"""
+
+
+class RedisRateLimiter:
+    """Token bucket per key shared by every worker through Redis: `per_minute` sustained, `burst` at once.
+
+    Usage:
+        limiter = RedisRateLimiter("redis://redis:6379/2", per_minute=600, burst=60)
+        limiter.check(caller.key_id)  # raises a 429 ApiError with Retry-After when the key's bucket is empty
+
+    While Redis is unreachable each worker limits with its own bucket (`RateLimiter`) and logs the outage.
+    """
+
+    def __init__(self, url: str, per_minute: int, burst: int, prefix: str = "docqa:rate:",
+                 timeout_s: float = 0.5) -> None:
+        import redis
+
+        self.local = RateLimiter(per_minute, burst)
+        self.rate = self.local.rate
+        self.burst = burst
+        self.prefix = prefix
+        self._errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)
+        self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self._script = self._client.register_script(_TOKEN_BUCKET_LUA)
+        self._degraded = False
+
+    def check(self, key: str) -> None:
+        """Take one token for `key` from the shared bucket; raises a 429 `ApiError` when it is empty."""
+        try:
+            allowed, tokens = self._script(keys=[self.prefix + key], args=[self.rate, self.burst])
+        except self._errors as exc:
+            if not self._degraded:
+                logger.warning("shared rate limit unavailable (%s); limiting per worker until Redis is back",
+                               type(exc).__name__)
+                self._degraded = True
+            self.local.check(key)
+            return
+        if self._degraded:
+            logger.info("shared rate limit available again")
+            self._degraded = False
+        if not int(allowed):
+            raise _rate_limited(float(tokens), self.rate)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _rate_limited(tokens: float, rate: float) -> ApiError:
+    wait = max(1, math.ceil((1.0 - tokens) / rate))
+    return ApiError(429, "rate_limited", "too many requests for this API key", headers={"Retry-After": str(wait)})
+
+
+def build_rate_limiter(url: str | None, per_minute: int, burst: int) -> RateLimiter | RedisRateLimiter:
+    """The shared limiter when a Redis URL is configured, the per-worker one otherwise."""
+    if url:
+        return RedisRateLimiter(url, per_minute, burst)
+    return RateLimiter(per_minute, burst)
 
 
 class QuerySlots:

@@ -37,7 +37,10 @@ def secret_values(settings: Settings) -> list[str]:
         *(endpoint.api_key for endpoint in settings.llm_roles.values()),
     ]
     values = [s.get_secret_value() for s in found if s is not None]
-    for url in (settings.database_url, settings.broker_url, settings.elasticsearch_url):
+    # The rate-limit Redis URL is a server setting; core settings built outside the server lack it.
+    urls = (settings.database_url, settings.broker_url, settings.elasticsearch_url,
+            getattr(settings, "rate_limit_redis_url", None))
+    for url in urls:
         if url:
             try:
                 password = make_url(url).password

@@ -14,6 +14,7 @@ from docqa.server.audit.canonical import canonical_bytes
 from docqa.server.audit.keys import hmac_key, signing_key
 from docqa.server.audit.models import AUDIT_TABLES
 from docqa.server.audit.scrub import clean, secret_values
+from docqa.server.config import ServerSettings
 from docqa.server.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
 from tests.support.audit import SECRET, fill, schema_differences, tamper
@@ -88,6 +89,10 @@ class TestCanonicalForm:
         settings = Settings(database_url="postgresql+psycopg://app:pg-pass-123@db/docqa", llm_api_key=SECRET)
         assert set(secret_values(settings)) == {"pg-pass-123", SECRET}
         assert clean("connect postgresql://app:pg-pass-123@db", secret_values(settings)) == "connect postgresql://***@db"
+
+    def test_secret_values_include_the_rate_limit_redis_password(self):
+        settings = ServerSettings(rate_limit_redis_url="redis://:redis-pass-456@cache:6379/1")
+        assert "redis-pass-456" in secret_values(settings)
 
 
 class TestCli:
