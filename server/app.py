@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from docqa.db import session_factory
 from docqa.errors import DocqaError
 from docqa.runtime import Runtime
+from docqa.server.accounts.oidc import build_token_verifier
 from docqa.server.api_errors import STATUS_CODES, ApiError, error_body
 from docqa.server.config import server_settings
 from docqa.server.context import ServerContext
@@ -43,6 +44,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
             config.rate_limit_redis_url, config.rate_limit_per_minute, config.rate_limit_burst
         ),
         slots=QuerySlots(config.max_concurrent_queries, config.queue_timeout_s, config.retry_after_s),
+        token_verifier=build_token_verifier(config),
     )
 
     @asynccontextmanager

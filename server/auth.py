@@ -1,4 +1,4 @@
-"""Authentication (`Authorization: Bearer <API key>`) and role checks, as FastAPI dependencies.
+"""Authentication (`Authorization: Bearer <API key or OIDC token>`) and role checks, as FastAPI dependencies.
 
 Usage in a route:
     @router.get("/v1/traces")
@@ -15,10 +15,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from docqa.server.accounts.identity import Caller
 from docqa.server.accounts.keys import verify_key
+from docqa.server.accounts.oidc import looks_like_jwt, token_caller
 from docqa.server.api_errors import ApiError
 from docqa.server.context import ServerContext
 
-_bearer = HTTPBearer(auto_error=False, description="An API key created with `docqa keys create`.")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="An API key created with `docqa keys create`, or a JWT of the configured OIDC issuer.",
+)
 
 
 def get_context(request: Request) -> ServerContext:
@@ -36,10 +40,18 @@ def authenticate(
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ApiError(401, "unauthorized", "missing API key: send 'Authorization: Bearer <key>'",
                        headers={"WWW-Authenticate": "Bearer"})
-    with context.sessions() as session:
-        caller = verify_key(session, credentials.credentials)
+    credential = credentials.credentials
+    verifier = context.token_verifier
+    if verifier is not None and looks_like_jwt(credential):
+        with context.sessions() as session:
+            caller = token_caller(session, verifier, credential)
+        refused = "invalid or expired bearer token, or no active docqa user for it"
+    else:
+        with context.sessions() as session:
+            caller = verify_key(session, credential)
+        refused = "invalid or revoked API key"
     if caller is None:
-        raise ApiError(401, "unauthorized", "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
+        raise ApiError(401, "unauthorized", refused, headers={"WWW-Authenticate": "Bearer"})
     context.rate_limiter.check(caller.key_id)
     return caller
 

@@ -33,6 +33,16 @@ class ServerSettings(Settings):
     rate_limit_burst: int = Field(default=60, ge=1)
     rate_limit_redis_url: str | None = None
 
+    # OIDC / JWT bearer tokens, accepted beside API keys when an issuer is set. The token's user claim names a
+    # docqa user id; tenant, role and groups come from the docqa directory.
+    oidc_issuer: str | None = None
+    oidc_audience: str | None = None
+    oidc_jwks_url: str | None = None
+    oidc_jwks_file: str | None = None
+    oidc_user_claim: str = "sub"
+    oidc_tenant_claim: str | None = None
+    oidc_leeway_s: float = Field(default=30.0, ge=0, le=300)
+
     # Queries running at once per worker; further queries wait up to `queue_timeout_s`, then get 503.
     max_concurrent_queries: int = Field(default=8, ge=1)
     queue_timeout_s: float = Field(default=10.0, ge=0)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import sessionmaker
 
 from docqa.runtime import Runtime
+from docqa.server.accounts.oidc import TokenVerifier
 from docqa.server.config import ServerSettings
 from docqa.server.limits import QuerySlots, RateLimiter, RedisRateLimiter
 from docqa.server.pipeline_cache import PipelineCache
@@ -20,6 +21,7 @@ class ServerContext:
     sessions: sessionmaker
     rate_limiter: RateLimiter | RedisRateLimiter
     slots: QuerySlots
+    token_verifier: TokenVerifier | None = None
     pipelines: PipelineCache = field(init=False)
     executor: ThreadPoolExecutor = field(init=False)
 
