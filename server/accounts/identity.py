@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from docqa.access import AccessScope
+
+if TYPE_CHECKING:
+    from docqa.server.accounts.models import User
 
 
 def user_principal(user_id: str) -> str:
@@ -24,6 +28,12 @@ class Caller:
     role: str
     groups: frozenset[str] = field(default_factory=frozenset)
     key_id: str = ""
+
+    @classmethod
+    def of_user(cls, user: User, key_id: str) -> Caller:
+        """The caller for a directory user, authenticated by `key_id` (an API key id, or `oidc:<user>`)."""
+        return cls(user_id=user.id, tenant=user.tenant_id, role=user.role,
+                   groups=frozenset(g.name for g in user.groups), key_id=key_id)
 
     def scope(self) -> AccessScope:
         """Documents readable by this caller: their own principal, their groups', and `everyone` in the tenant."""

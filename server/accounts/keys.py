@@ -61,13 +61,7 @@ def verify_key(session: Session, key: str) -> Caller | None:
     user: User = row.user
     if not user.active:
         return None
-    return Caller(
-        user_id=user.id,
-        tenant=user.tenant_id,
-        role=user.role,
-        groups=frozenset(g.name for g in user.groups),
-        key_id=row.id,
-    )
+    return Caller.of_user(user, row.id)
 
 
 def list_keys(session: Session, tenant: str) -> list[ApiKey]:

@@ -132,10 +132,4 @@ def token_caller(session: Session, verifier: TokenVerifier, token: str) -> Calle
     if user is None or not user.active or (tenant is not None and user.tenant_id != tenant):
         logger.info("bearer token refused: no active docqa user for it")
         return None
-    return Caller(
-        user_id=user.id,
-        tenant=user.tenant_id,
-        role=user.role,
-        groups=frozenset(g.name for g in user.groups),
-        key_id=f"oidc:{user.id}",
-    )
+    return Caller.of_user(user, f"oidc:{user.id}")
