@@ -2,7 +2,8 @@
 
 Any OpenAI client works: `OpenAI(base_url="http://host:8000/v1", api_key=KEY).chat.completions.create(
 model="standard", messages=[{"role": "user", "content": "..."}])`. The answer's citations and trace id are in
-the extra `docqa` field of the completion (and of the final chunk when streaming).
+the extra `docqa` field of the completion (and of the final chunk when streaming). A stream starts at once and
+stays alive with one SSE comment per finished step; pipelines answer whole, so the text follows their last step.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from docqa.result import PipelineResult
+from docqa.server.accounts.identity import Caller
 from docqa.server.answering import AUTO, Prepared, answer, prepare
 from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT, ApiError
 from docqa.server.auth import AskingCaller, ContextDep
+from docqa.server.context import ServerContext
+from docqa.server.streaming import STREAM_HEADERS, SlotStreamingResponse, run_events
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=QUERY_ERROR_RESPONSES)
 
@@ -108,12 +111,11 @@ def _usage(result: PipelineResult) -> dict[str, int]:
              responses={200: {"content": SSE_CONTENT}})
 async def chat_completions(body: ChatCompletionRequest, caller: AskingCaller, context: ContextDep) -> Any:
     prepared = prepare(context, question_from(body.messages), body.model, {})
-    result = await answer(context, caller, prepared)
-    completion_id = f"chatcmpl-{result.trace_id or uuid.uuid4().hex}"
     created = int(time.time())
     if not body.stream:
+        result = await answer(context, caller, prepared)
         return {
-            "id": completion_id,
+            "id": f"chatcmpl-{result.trace_id or uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": created,
             "model": body.model,
@@ -123,17 +125,22 @@ async def chat_completions(body: ChatCompletionRequest, caller: AskingCaller, co
             "usage": _usage(result),
             "docqa": _docqa_extra(result, prepared),
         }
-    return StreamingResponse(
-        _chunks(completion_id, created, body.model, result, prepared),
+    # The slot is taken before the response starts so overload is a 503, not an error inside a stream.
+    await context.slots.take()
+    return SlotStreamingResponse(
+        _chunks(context, caller, prepared, f"chatcmpl-{uuid.uuid4().hex}", created, body.model),
+        release=context.slots.give_back,
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache"},
+        headers=STREAM_HEADERS,
     )
 
 
 async def _chunks(
-    completion_id: str, created: int, model: str, result: PipelineResult, prepared: Prepared
+    context: ServerContext, caller: Caller, prepared: Prepared, completion_id: str, created: int, model: str
 ) -> AsyncIterator[str]:
-    """The finished answer as chat.completion.chunk events (pipelines answer whole, after their last step)."""
+    """chat.completion.chunk events: the role at once, an SSE comment per finished step (clients ignore
+    comments; proxies see a live connection during long strategies), then the answer, or an `error` event,
+    which OpenAI clients raise as an API error."""
 
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
         body = {
@@ -147,8 +154,16 @@ async def _chunks(
         return f"data: {json.dumps(body)}\n\n"
 
     yield chunk({"role": "assistant", "content": ""})
-    text = result.answer
-    for start in range(0, len(text), STREAM_PIECE_CHARS):
-        yield chunk({"content": text[start : start + STREAM_PIECE_CHARS]})
-    yield chunk({}, "stop", usage=_usage(result), docqa=_docqa_extra(result, prepared))
+    async for kind, data in run_events(context, caller, prepared):
+        if kind == "step":
+            yield f": step {data.get('index', '')} {data.get('kind', '')}\n\n"
+        elif kind == "error":
+            yield f"data: {json.dumps(data)}\n\n"
+            return
+        else:
+            result: PipelineResult = data
+            text = result.answer
+            for start in range(0, len(text), STREAM_PIECE_CHARS):
+                yield chunk({"content": text[start : start + STREAM_PIECE_CHARS]})
+            yield chunk({}, "stop", usage=_usage(result), docqa=_docqa_extra(result, prepared))
     yield "data: [DONE]\n\n"

@@ -332,13 +332,35 @@ class TestOpenAICompatible:
         with client.stream("POST", "/v1/chat/completions", headers=auth(keys["alice"]), json={
             "model": "no_retrieval", "stream": True, "messages": [{"role": "user", "content": "Capital?"}],
         }) as r:
-            lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+            raw = list(r.iter_lines())
+        # One SSE comment per finished step keeps the connection visibly alive; clients skip comments.
+        assert [line for line in raw if line.startswith(":")] == [": step 0 generation"]
+        lines = [line for line in raw if line.startswith("data: ")]
         assert lines[-1] == "data: [DONE]"
         chunks = [json.loads(line[6:]) for line in lines[:-1]]
         text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
         assert text == "Paris is the capital."
         assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
         assert chunks[-1]["docqa"]["trace_id"]
+
+    def test_failure_inside_a_stream_reaches_openai_clients_as_an_api_error(self, tmp_path):
+        import openai
+
+        def fail(_prompt: str) -> str:
+            raise RuntimeError("boom")
+
+        app, keys = build_test_app(tmp_path, ScriptedChatGenerator(rules=[(".", fail)]))
+        with TestClient(app, raise_server_exceptions=False) as http:
+            client = openai.OpenAI(base_url="http://testserver/v1", api_key=keys["alice"], http_client=http,
+                                   max_retries=0)
+            stream = client.chat.completions.create(
+                model="no_retrieval", messages=[{"role": "user", "content": "Capital?"}], stream=True)
+            with pytest.raises(openai.APIError, match="the query failed"):
+                for _chunk in stream:
+                    pass
+            # The slot was given back: the next question is answered, not refused as overload.
+            assert http.get("/v1/models", headers=auth(keys["alice"])).status_code == 200
+            assert app.state.context.slots.in_use == 0
 
     def test_no_user_message_is_422(self, server):
         client, keys = server
