@@ -109,8 +109,8 @@ def build_token_verifier(settings: Any) -> TokenVerifier | None:
         return None
     if not settings.oidc_audience:
         raise ConfigurationError("DOCQA_OIDC_AUDIENCE is required with DOCQA_OIDC_ISSUER")
-    if not (settings.oidc_jwks_url or settings.oidc_jwks_file):
-        raise ConfigurationError("DOCQA_OIDC_JWKS_URL or DOCQA_OIDC_JWKS_FILE is required with DOCQA_OIDC_ISSUER")
+    if bool(settings.oidc_jwks_url) == bool(settings.oidc_jwks_file):
+        raise ConfigurationError("set one of DOCQA_OIDC_JWKS_URL and DOCQA_OIDC_JWKS_FILE with DOCQA_OIDC_ISSUER")
     return TokenVerifier(
         settings.oidc_issuer,
         settings.oidc_audience,

@@ -180,6 +180,8 @@ def test_keys_are_fetched_from_the_providers_jwks_url(tmp_path, signing_key):
     ("settings", "message"),
     [({"oidc_issuer": ISSUER}, "DOCQA_OIDC_AUDIENCE"),
      ({"oidc_issuer": ISSUER, "oidc_audience": AUDIENCE}, "DOCQA_OIDC_JWKS_URL"),
+     ({"oidc_issuer": ISSUER, "oidc_audience": AUDIENCE, "oidc_jwks_url": "https://idp.example.test/jwks",
+       "oidc_jwks_file": "/etc/jwks.json"}, "one of"),
      ({"oidc_issuer": ISSUER, "oidc_audience": AUDIENCE, "oidc_jwks_file": "/nonexistent/jwks.json"}, "key set")],
 )
 def test_incomplete_configuration_fails_at_start(tmp_path, settings, message):
