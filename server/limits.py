@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import redis
+
 from docqa.server.api_errors import ApiError, error_body
 
 ASGIApp = Any
@@ -143,38 +145,40 @@ class RedisRateLimiter:
         limiter = RedisRateLimiter("redis://redis:6379/2", per_minute=600, burst=60)
         limiter.check(caller.key_id)  # raises a 429 ApiError with Retry-After when the key's bucket is empty
 
-    While Redis is unreachable each worker limits with its own bucket (`RateLimiter`) and logs the outage.
+    While Redis is unreachable each worker limits with its own bucket (`RateLimiter`) and logs the outage;
+    after a failure Redis is asked again only every `retry_s`, so an outage does not add a connect timeout to
+    every request.
     """
 
     def __init__(self, url: str, per_minute: int, burst: int, prefix: str = "docqa:rate:",
-                 timeout_s: float = 0.5) -> None:
-        import redis
-
-        self.local = RateLimiter(per_minute, burst)
-        self.rate = self.local.rate
-        self.burst = burst
+                 timeout_s: float = 0.5, retry_s: float = 5.0, clock: Any = time.monotonic) -> None:
+        self.local = RateLimiter(per_minute, burst, clock=clock)
         self.prefix = prefix
-        self._errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)
+        self.retry_s = retry_s
+        self._clock = clock
         self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._script = self._client.register_script(_TOKEN_BUCKET_LUA)
-        self._degraded = False
+        self._down_until: float | None = None
 
     def check(self, key: str) -> None:
         """Take one token for `key` from the shared bucket; raises a 429 `ApiError` when it is empty."""
-        try:
-            allowed, tokens = self._script(keys=[self.prefix + key], args=[self.rate, self.burst])
-        except self._errors as exc:
-            if not self._degraded:
-                logger.warning("shared rate limit unavailable (%s); limiting per worker until Redis is back",
-                               type(exc).__name__)
-                self._degraded = True
+        if self._down_until is not None and self._clock() < self._down_until:
             self.local.check(key)
             return
-        if self._degraded:
+        try:
+            allowed, tokens = self._script(keys=[self.prefix + key], args=[self.local.rate, self.local.burst])
+        except (redis.RedisError, OSError) as exc:
+            if self._down_until is None:
+                logger.warning("shared rate limit unavailable (%s); limiting per worker until Redis is back",
+                               type(exc).__name__)
+            self._down_until = self._clock() + self.retry_s
+            self.local.check(key)
+            return
+        if self._down_until is not None:
             logger.info("shared rate limit available again")
-            self._degraded = False
+            self._down_until = None
         if not int(allowed):
-            raise _rate_limited(float(tokens), self.rate)
+            raise _rate_limited(float(tokens), self.local.rate)
 
     def close(self) -> None:
         self._client.close()

@@ -76,6 +76,34 @@ class TestRedisRateLimiter:
         assert len(warnings) == 1
         assert "hunter2" not in caplog.text
 
+    def test_after_a_failure_redis_is_asked_again_only_after_the_retry_interval(self, redis_url):
+        prefix = f"test:{uuid.uuid4().hex}:"
+        clock = ManualClock()
+        shared = RedisRateLimiter(redis_url, per_minute=60, burst=100, prefix=prefix, retry_s=5, clock=clock)
+        working, attempts = shared._script, []
+
+        def down(**_kwargs: object) -> None:
+            attempts.append(clock.now)
+            raise redis.ConnectionError("connection refused")
+
+        shared._script = down
+        for _ in range(3):
+            shared.check("k")
+        assert attempts == [0.0]
+        assert not redis.Redis.from_url(redis_url).exists(prefix + "k")
+        clock.now = 6.0
+        shared._script = working
+        shared.check("k")
+        assert redis.Redis.from_url(redis_url).exists(prefix + "k")
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
 
 @pytest.fixture(scope="module")
 def limited_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
