@@ -43,8 +43,11 @@ def authenticate(
     credential = credentials.credentials
     verifier = context.token_verifier
     if verifier is not None and looks_like_jwt(credential):
-        with context.sessions() as session:
-            caller = token_caller(session, verifier, credential)
+        identity = verifier.user_of(credential)
+        caller = None
+        if identity is not None:
+            with context.sessions() as session:
+                caller = token_caller(session, *identity)
         refused = "invalid or expired bearer token, or no active docqa user for it"
     else:
         with context.sessions() as session:

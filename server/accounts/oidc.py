@@ -122,12 +122,11 @@ def build_token_verifier(settings: Any) -> TokenVerifier | None:
     )
 
 
-def token_caller(session: Session, verifier: TokenVerifier, token: str) -> Caller | None:
-    """The caller a valid token names: an active docqa user (of the token's tenant, when that claim is used)."""
-    identity = verifier.user_of(token)
-    if identity is None:
-        return None
-    user_id, tenant = identity
+def token_caller(session: Session, user_id: str, tenant: str | None) -> Caller | None:
+    """The caller a verified token names: an active docqa user (of the token's tenant, when that claim is used).
+
+    Verify first (`TokenVerifier.user_of`, which may fetch the key set), then open the session for this lookup.
+    """
     user = session.get(User, user_id)
     if user is None or not user.active or (tenant is not None and user.tenant_id != tenant):
         logger.info("bearer token refused: no active docqa user for it")
