@@ -26,6 +26,7 @@ from docqa.server.config import server_settings
 from docqa.server.context import ServerContext
 from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, build_rate_limiter
 from docqa.server.routes import accounts, documents, health, me, openai_compat, query, traces, ui
+from docqa.server.url_guard import RejectNulMiddleware
 from docqa.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         upload_limit=config.max_upload_bytes,
         upload_prefixes=UPLOAD_PREFIXES,
     )
+    app.add_middleware(RejectNulMiddleware)
     _add_error_handlers(app)
     for module in (health, query, openai_compat, accounts, me, documents, traces, ui):
         app.include_router(module.router)
