@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel
@@ -54,6 +55,14 @@ class ErrorResponse(BaseModel):
 
 def error_body(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "type": code}}
+
+
+async def send_asgi_error(send: Any, status: int, code: str, message: str) -> None:
+    """The JSON error body as a raw ASGI response, for middleware that answers before any route runs."""
+    body = json.dumps(error_body(code, message)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _documented(description: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ while Redis cannot be reached, so an outage never turns into unlimited requests 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import threading
@@ -20,7 +19,7 @@ from typing import Any
 
 import redis
 
-from docqa.server.api_errors import ApiError, error_body
+from docqa.server.api_errors import ApiError, send_asgi_error
 
 ASGIApp = Any
 
@@ -81,15 +80,7 @@ class _BodyTooLarge(Exception):
 
 
 async def _send_too_large(send: Any, limit: int) -> None:
-    body = json.dumps(error_body("request_too_large", f"request body exceeds {limit} bytes")).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_asgi_error(send, 413, "request_too_large", f"request body exceeds {limit} bytes")
 
 
 class RateLimiter:

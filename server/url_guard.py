@@ -6,11 +6,10 @@ through turns a malformed URL into a database error (a 500) in whichever route i
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from docqa.server.api_errors import error_body
+from docqa.server.api_errors import send_asgi_error
 
 ASGIApp = Any
 
@@ -23,11 +22,7 @@ class RejectNulMiddleware:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and _has_nul(scope):
-            body = json.dumps(error_body("bad_request", "the URL contains a NUL character")).encode()
-            await send({"type": "http.response.start", "status": 400,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            await send_asgi_error(send, 400, "bad_request", "the URL contains a NUL character")
             return
         await self.app(scope, receive, send)
 
