@@ -2,7 +2,7 @@
 
 Pipelines already drop credential-named keys (`docqa.recording.to_jsonable`); this is the last line before
 the database: it also masks the configured secret values wherever they appear inside text (a prompt that
-echoes a header, an error message quoting a URL) and common token shapes.
+echoes a header, an error message quoting a URL) and common token shapes, docqa API keys among them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ MASK = "***"
 _TOKEN_PATTERNS = (
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"),
+    # docqa API keys, `dq_<16 hex key id>_<token_urlsafe secret>` (`docqa.server.accounts.keys`): a user who
+    # pastes one into a question must not hand it to everyone who can read traces. No word boundary in front,
+    # since `_` is a word character and `my_dq_...` still holds a working key; any secret length, since a
+    # clipped step text may cut the key short and what is left still narrows a guess.
+    re.compile(r"dq_[A-Za-z0-9-]{16}_[A-Za-z0-9_-]+"),
     # user:password@ in URLs (database, broker, Elasticsearch).
     re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),
 )
@@ -60,8 +65,10 @@ def clean(value: Any, secrets: list[str]) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
     if isinstance(value, dict):
+        # Keys are scrubbed too: a step may key its outputs by the (sub-)question it asked.
         return {
-            str(k): MASK if str(k).lower() in SECRET_KEYS else clean(v, secrets) for k, v in value.items()
+            clean_text(str(k), secrets): MASK if str(k).lower() in SECRET_KEYS else clean(v, secrets)
+            for k, v in value.items()
         }
     if isinstance(value, list | tuple):
         return [clean(v, secrets) for v in value]
