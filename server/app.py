@@ -22,6 +22,7 @@ from docqa.errors import DocqaError
 from docqa.runtime import Runtime
 from docqa.server.accounts.oidc import build_token_verifier
 from docqa.server.api_errors import STATUS_CODES, ApiError, error_body
+from docqa.server.audit.scrub import scrub_log_records
 from docqa.server.config import server_settings
 from docqa.server.context import ServerContext
 from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, build_rate_limiter
@@ -37,6 +38,7 @@ UPLOAD_PREFIXES = ("/v1/documents", "/v1/records")
 def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
     """Build the app. `settings` defaults to the environment; `runtime` to one built from the settings."""
     config = server_settings(settings)
+    scrub_log_records()
     context = ServerContext(
         settings=config,
         runtime=runtime or Runtime(config),

@@ -3,10 +3,12 @@
 Pipelines already drop credential-named keys (`docqa.recording.to_jsonable`); this is the last line before
 the database: it also masks the configured secret values wherever they appear inside text (a prompt that
 echoes a header, an error message quoting a URL) and common token shapes, docqa API keys among them.
+`scrub_log_records` masks the same token shapes in the process's log records.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from typing import Any
@@ -79,7 +81,56 @@ def clean_text(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, MASK)
+    # PostgreSQL text and JSON cannot hold NUL.
+    return mask_tokens(text).replace("\x00", "\ufffd")
+
+
+def mask_tokens(text: str) -> str:
+    """Mask what looks like a credential (docqa API keys, bearer tokens, `sk-` keys, URL passwords)."""
     for pattern in _TOKEN_PATTERNS:
         text = pattern.sub(MASK, text)
-    # PostgreSQL text and JSON cannot hold NUL.
-    return text.replace("\x00", "\ufffd")
+    return text
+
+
+def scrub_log_records() -> None:
+    """Mask credential shapes (`mask_tokens`) in every log record this process creates from now on.
+
+    A question can reach the log inside an error message or a traceback. The record factory is the one place
+    every record passes through: handlers are set up by gunicorn, uvicorn or pytest, and a logger's filter
+    misses records propagated from its children. Installing twice is harmless.
+    """
+    current = logging.getLogRecordFactory()
+    if getattr(current, "_docqa_scrubs", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = current(*args, **kwargs)
+        _scrub_record(record)
+        return record
+
+    factory._docqa_scrubs = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
+
+
+def _scrub_record(record: logging.LogRecord) -> None:
+    if isinstance(record.msg, str):
+        record.msg = mask_tokens(record.msg)
+    # Arguments are masked one by one, keeping their number: uvicorn's access formatter unpacks them.
+    if isinstance(record.args, tuple):
+        record.args = tuple(mask_tokens(a) if isinstance(a, str) else a for a in record.args)
+    elif isinstance(record.args, dict):
+        record.args = {k: mask_tokens(v) if isinstance(v, str) else v for k, v in record.args.items()}
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed call; logging reports it when the record is emitted
+        message = None
+    if message is not None and mask_tokens(message) != message:
+        # Some other argument (an exception, an object) renders a token: keep the rendered, masked text.
+        record.msg, record.args = mask_tokens(message), ()
+    if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
+        text = logging.Formatter().formatException(record.exc_info)
+        masked = mask_tokens(text)
+        if masked != text:
+            record.exc_text = masked
+    if record.stack_info:
+        record.stack_info = mask_tokens(record.stack_info)
