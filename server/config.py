@@ -34,7 +34,7 @@ class ServerSettings(Settings):
     rate_limit_redis_url: str | None = None
 
     # OIDC / JWT bearer tokens, accepted beside API keys when an issuer is set. The token's user claim names a
-    # docqa user id; tenant, role and groups come from the docqa directory.
+    # docqa user id of the tenant in its tenant claim, else of `tenant`; role and groups come from the directory.
     oidc_issuer: str | None = None
     oidc_audience: str | None = None
     oidc_jwks_url: str | None = None

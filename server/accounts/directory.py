@@ -46,8 +46,7 @@ def ensure_tenant(session: Session, tenant: str) -> Tenant:
 
 
 def get_user(session: Session, tenant: str, user_id: str) -> User | None:
-    user = session.get(User, user_id)
-    return user if user is not None and user.tenant_id == tenant else None
+    return session.get(User, {"tenant_id": tenant, "id": user_id})
 
 
 def list_users(session: Session, tenant: str) -> list[User]:
@@ -80,12 +79,12 @@ def _group_or_create(session: Session, tenant: str, name: str) -> Group:
 def create_user(
     session: Session, tenant: str, user_id: str, role: str, groups: list[str] | None = None, display_name: str = ""
 ) -> User:
-    """Create a user (and its tenant and groups when new). User ids are unique across tenants."""
+    """Create a user (and its tenant and groups when new). User ids are unique within their tenant only."""
     check_name("user id", user_id)
     if role not in ROLES:
         raise AccountError("invalid_role", f"role must be one of {', '.join(ROLES)}")
     ensure_tenant(session, tenant)
-    if session.get(User, user_id) is not None:
+    if get_user(session, tenant, user_id) is not None:
         raise AccountError("conflict", f"user {user_id!r} already exists")
     user = User(id=user_id, tenant_id=tenant, role=role, display_name=display_name, active=True)
     user.groups = [_group_or_create(session, tenant, g) for g in sorted(set(groups or []))]

@@ -31,7 +31,7 @@ class Caller:
 
     @classmethod
     def of_user(cls, user: User, key_id: str) -> Caller:
-        """The caller for a directory user, authenticated by `key_id` (an API key id, or `oidc:<user>`)."""
+        """The caller for a directory user, authenticated by `key_id` (an API key id, or `oidc:<tenant>:<user>`)."""
         return cls(user_id=user.id, tenant=user.tenant_id, role=user.role,
                    groups=frozenset(g.name for g in user.groups), key_id=key_id)
 

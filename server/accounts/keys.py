@@ -34,7 +34,7 @@ def create_key(session: Session, tenant: str, user_id: str, name: str = "") -> t
         raise AccountError("conflict", f"user {user_id!r} is deactivated")
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
-    row = ApiKey(id=key_id, user_id=user.id, name=name[:200], secret_sha256=_digest(secret))
+    row = ApiKey(id=key_id, tenant_id=user.tenant_id, user_id=user.id, name=name[:200], secret_sha256=_digest(secret))
     session.add(row)
     session.flush()
     return f"{PREFIX}_{key_id}_{secret}", row
@@ -65,13 +65,13 @@ def verify_key(session: Session, key: str) -> Caller | None:
 
 
 def list_keys(session: Session, tenant: str) -> list[ApiKey]:
-    query = select(ApiKey).join(User).where(User.tenant_id == tenant).order_by(ApiKey.created_at, ApiKey.id)
+    query = select(ApiKey).where(ApiKey.tenant_id == tenant).order_by(ApiKey.created_at, ApiKey.id)
     return list(session.scalars(query))
 
 
 def revoke_key(session: Session, tenant: str, key_id: str) -> ApiKey:
     row = session.get(ApiKey, key_id)
-    if row is None or row.user.tenant_id != tenant:
+    if row is None or row.tenant_id != tenant:
         raise AccountError("not_found", f"key {key_id!r} not found")
     if row.revoked_at is None:
         row.revoked_at = utcnow()

@@ -1,14 +1,16 @@
 """OIDC / JWT bearer tokens from a configured identity provider, as an alternative to API keys.
 
-The token only says who is calling (its `sub`, or another configured claim, names a docqa user id). Tenant,
-role and groups still come from the docqa directory, so document access stays decided on the server, and a
-user an admin deactivated is refused whatever their token says. Only asymmetric signatures are accepted
-(never `none` or HMAC, which a public key could forge), and issuer, audience, expiry and subject are required.
+The token only says who is calling (its `sub`, or another configured claim, names a docqa user id). User ids
+are per tenant, so the id is looked up in the token's tenant claim when one is configured, else in the server's
+own tenant (`DOCQA_TENANT`): never in whichever tenant happens to have that id. Role and groups still come from
+the docqa directory, so document access stays decided on the server, and a user an admin deactivated is refused
+whatever their token says. Only asymmetric signatures are accepted (never `none` or HMAC, which a public key
+could forge), and issuer, audience, expiry and subject are required.
 
 Usage:
     verifier = TokenVerifier(issuer="https://idp.example.com/", audience="docqa",
                              jwks_url="https://idp.example.com/.well-known/jwks.json")
-    user_id = verifier.user_of(token)     # None for an invalid, expired or foreign token
+    identity = verifier.user_of(token)     # (user id, tenant), or None for an invalid, expired or foreign token
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import jwt
 from sqlalchemy.orm import Session
 
 from docqa.errors import ConfigurationError
+from docqa.server.accounts.directory import get_user
 from docqa.server.accounts.identity import Caller
-from docqa.server.accounts.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +40,15 @@ class TokenVerifier:
     """Verifies signed JWTs against the provider's key set (a JWKS URL, cached, or a JWKS file)."""
 
     def __init__(self, issuer: str, audience: str, *, jwks_url: str | None = None, jwks_file: Path | None = None,
-                 user_claim: str = "sub", tenant_claim: str | None = None, leeway_s: float = 30.0) -> None:
+                 user_claim: str = "sub", tenant_claim: str | None = None, default_tenant: str = "default",
+                 leeway_s: float = 30.0) -> None:
         if (jwks_url is None) == (jwks_file is None):
             raise ValueError("give exactly one of jwks_url and jwks_file")
         self.issuer = issuer
         self.audience = audience
         self.user_claim = user_claim
         self.tenant_claim = tenant_claim
+        self.default_tenant = default_tenant
         self.leeway_s = leeway_s
         self._client = jwt.PyJWKClient(jwks_url, cache_keys=True, lifespan=300, timeout=5) if jwks_url else None
         self._file_keys = _read_key_set(jwks_file) if jwks_file else []
@@ -70,12 +74,12 @@ class TokenVerifier:
             return None
         return claims
 
-    def user_of(self, token: str) -> tuple[str, str | None] | None:
-        """(docqa user id, tenant claim or None when none is configured) of a valid token, else None."""
+    def user_of(self, token: str) -> tuple[str, str] | None:
+        """(docqa user id, its tenant: the tenant claim, or `default_tenant` without one) of a valid token."""
         claims = self.claims_of(token)
         if claims is None:
             return None
-        tenant = None
+        tenant = self.default_tenant
         if self.tenant_claim is not None:
             tenant = claims.get(self.tenant_claim)
             if not isinstance(tenant, str) or not tenant:
@@ -118,17 +122,19 @@ def build_token_verifier(settings: Any) -> TokenVerifier | None:
         jwks_file=Path(settings.oidc_jwks_file) if settings.oidc_jwks_file else None,
         user_claim=settings.oidc_user_claim,
         tenant_claim=settings.oidc_tenant_claim,
+        default_tenant=settings.tenant,
         leeway_s=settings.oidc_leeway_s,
     )
 
 
-def token_caller(session: Session, user_id: str, tenant: str | None) -> Caller | None:
-    """The caller a verified token names: an active docqa user (of the token's tenant, when that claim is used).
+def token_caller(session: Session, user_id: str, tenant: str) -> Caller | None:
+    """The caller a verified token names: the active docqa user `user_id` of `tenant`.
 
     Verify first (`TokenVerifier.user_of`, which may fetch the key set), then open the session for this lookup.
     """
-    user = session.get(User, user_id)
-    if user is None or not user.active or (tenant is not None and user.tenant_id != tenant):
+    user = get_user(session, tenant, user_id)
+    if user is None or not user.active:
         logger.info("bearer token refused: no active docqa user for it")
         return None
-    return Caller.of_user(user, f"oidc:{user.id}")
+    # The rate-limit bucket: per user of a tenant, so a same-named user elsewhere never shares it.
+    return Caller.of_user(user, f"oidc:{user.tenant_id}:{user.id}")

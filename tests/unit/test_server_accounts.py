@@ -12,6 +12,7 @@ from docqa.server.accounts import directory, keys
 from docqa.server.accounts.directory import AccountError
 from docqa.server.accounts.identity import Caller
 from docqa.server.accounts.models import ApiKey
+from docqa.server.accounts.oidc import token_caller
 
 
 @pytest.fixture
@@ -66,7 +67,7 @@ class TestDirectory:
             directory.create_user(session, "acme", "alice", "superuser")
         directory.create_user(session, "acme", "alice", "user")
         with pytest.raises(AccountError) as caught:
-            directory.create_user(session, "globex", "alice", "user")
+            directory.create_user(session, "acme", "alice", "admin")
         assert caught.value.code == "conflict"
 
     def test_groups_are_per_tenant(self, session):
@@ -76,6 +77,49 @@ class TestDirectory:
         assert [u.id for u in directory.get_group(session, "globex", "finance").members] == ["dave"]
         with pytest.raises(AccountError):
             directory.set_membership(session, "globex", "finance", "alice", True)
+
+
+class TestTenantScopedUserIds:
+    """The same user id in two tenants names two independent users: nothing done to one reaches the other."""
+
+    def test_each_tenant_has_its_own_alice(self, session):
+        acme = directory.create_user(session, "acme", "alice", "user", ["finance"])
+        globex = directory.create_user(session, "globex", "alice", "admin", ["finance"], "Alice of Globex")
+        assert directory.get_user(session, "globex", "alice") is globex
+        assert directory.get_user(session, "acme", "alice") is acme
+        assert [(u.tenant_id, u.role) for u in directory.list_users(session, "globex")] == [("globex", "admin")]
+        directory.set_membership(session, "acme", "finance", "alice", False)
+        assert [g.name for g in globex.groups] == ["finance"]
+        assert [u.tenant_id for u in directory.get_group(session, "globex", "finance").members] == ["globex"]
+        assert directory.get_group(session, "acme", "finance").members == []
+        directory.deactivate_user(session, "acme", "alice")
+        assert globex.active and not acme.active
+
+    def test_keys_resolve_to_the_user_of_their_own_tenant(self, session):
+        directory.create_user(session, "acme", "alice", "user", ["finance"])
+        directory.create_user(session, "globex", "alice", "admin")
+        acme_key, acme_row = keys.create_key(session, "acme", "alice")
+        globex_key, globex_row = keys.create_key(session, "globex", "alice")
+        finance = frozenset({"finance"})
+        assert keys.verify_key(session, acme_key) == Caller("alice", "acme", "user", finance, acme_row.id)
+        assert keys.verify_key(session, globex_key) == Caller("alice", "globex", "admin", frozenset(), globex_row.id)
+        # `user:alice` reads documents of the caller's tenant only: the scope carries the tenant.
+        assert keys.verify_key(session, globex_key).scope() == AccessScope("globex", frozenset({"user:alice"}))
+        assert [k.id for k in keys.list_keys(session, "globex")] == [globex_row.id]
+        with pytest.raises(AccountError):
+            keys.revoke_key(session, "globex", acme_row.id)
+        directory.deactivate_user(session, "globex", "alice")
+        assert keys.verify_key(session, globex_key) is None
+        assert keys.verify_key(session, acme_key) is not None
+
+    def test_bearer_tokens_name_a_user_of_one_tenant_with_its_own_rate_limit_bucket(self, session):
+        directory.create_user(session, "acme", "alice", "user", ["finance"])
+        directory.create_user(session, "globex", "alice", "admin")
+        acme, globex = token_caller(session, "alice", "acme"), token_caller(session, "alice", "globex")
+        assert (acme.tenant, acme.role, acme.groups) == ("acme", "user", frozenset({"finance"}))
+        assert (globex.tenant, globex.role, globex.groups) == ("globex", "admin", frozenset())
+        assert acme.key_id != globex.key_id
+        assert token_caller(session, "alice", "initech") is None
 
 
 def test_caller_scope_holds_user_and_groups_only():

@@ -59,8 +59,9 @@ def jwks_file(tmp_path: Path, signing_key) -> Path:
 
 
 def client_for(tmp_path: Path, **oidc: Any) -> tuple[TestClient, dict[str, str]]:
+    """Without a tenant claim, a token names a user of the server's tenant: acme unless `tenant` says otherwise."""
     app, keys = build_test_app(tmp_path, ScriptedChatGenerator(default="Paris"), oidc_issuer=ISSUER,
-                               oidc_audience=AUDIENCE, **oidc)
+                               oidc_audience=AUDIENCE, **{"tenant": "acme", **oidc})
     return TestClient(app), keys
 
 
@@ -145,6 +146,34 @@ class TestTenantClaim:
             assert client.get("/v1/me", headers=auth(token(signing_key, tenant="acme"))).status_code == 200
             assert refused(client.get("/v1/me", headers=auth(token(signing_key, sub="zed", tenant="acme"))))
             assert refused(client.get("/v1/me", headers=auth(token(signing_key))))
+
+
+class TestTenantScopedUserIds:
+    """User ids are per tenant, so a token's subject is looked up in one tenant, never in whichever has it."""
+
+    @staticmethod
+    def add_globex_alice(client: TestClient, keys: dict[str, str]) -> None:
+        created = client.post("/v1/admin/users", json={"id": "alice", "role": "auditor"}, headers=auth(keys["zadmin"]))
+        assert created.status_code == 201, created.text
+
+    def test_without_a_tenant_claim_the_subject_is_a_user_of_the_servers_tenant(self, tmp_path, jwks_file,
+                                                                                signing_key):
+        client, keys = client_for(tmp_path, oidc_jwks_file=str(jwks_file), tenant="globex")
+        with client:
+            assert refused(client.get("/v1/me", headers=auth(token(signing_key))))  # acme's alice is not globex's
+            assert client.get("/v1/me", headers=auth(token(signing_key, sub="zed"))).json()["tenant"] == "globex"
+            self.add_globex_alice(client, keys)
+            me = client.get("/v1/me", headers=auth(token(signing_key))).json()
+            assert me == {"user_id": "alice", "tenant": "globex", "role": "auditor", "groups": []}
+
+    def test_the_tenant_claim_picks_that_tenants_user(self, tmp_path, jwks_file, signing_key):
+        client, keys = client_for(tmp_path, oidc_jwks_file=str(jwks_file), oidc_tenant_claim="tenant")
+        with client:
+            self.add_globex_alice(client, keys)
+            globex = client.get("/v1/me", headers=auth(token(signing_key, tenant="globex"))).json()
+            acme = client.get("/v1/me", headers=auth(token(signing_key, tenant="acme"))).json()
+            assert (globex["tenant"], globex["role"]) == ("globex", "auditor")
+            assert (acme["tenant"], acme["role"], acme["groups"]) == ("acme", "user", ["finance"])
 
 
 class _JwksHandler(BaseHTTPRequestHandler):
