@@ -144,12 +144,12 @@ async function verify() {
   const notes = report.notes && report.notes.length ? ` Notes: ${report.notes.join("; ")}` : "";
   if (report.ok) {
     result.className = "ok";
-    result.textContent = `Chain verified: ${report.checked} traces checked (seq ${report.start_seq}–${report.head_seq}).${notes}`;
+    result.textContent = `Chain verified: ${report.checked} of this tenant's traces checked.${notes}`;
   } else {
     const broken = report.broken || {};
     result.className = "error";
-    result.textContent = `Chain BROKEN at seq ${broken.seq ?? "?"}${broken.trace_id ? ` (trace ${broken.trace_id})` : ""}: `
-      + `${broken.reason || "unknown reason"}; ${report.checked} traces checked.${notes}`;
+    result.textContent = `Chain BROKEN${broken.trace_id ? ` at trace ${broken.trace_id}` : ""}: `
+      + `${broken.reason || "unknown reason"}; ${report.checked} of this tenant's traces checked.${notes}`;
   }
 }
 

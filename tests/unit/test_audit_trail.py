@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 
 import pytest
@@ -13,11 +15,14 @@ from docqa.server.audit import cli
 from docqa.server.audit.canonical import canonical_bytes
 from docqa.server.audit.keys import hmac_key, signing_key
 from docqa.server.audit.models import AUDIT_TABLES
+from docqa.server.audit.recorder import record_answer
+from docqa.server.audit.retention import retain
 from docqa.server.audit.scrub import clean, secret_values
+from docqa.server.audit.verify import verify_for_tenant
 from docqa.server.config import ServerSettings
 from docqa.server.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
-from tests.support.audit import SECRET, fill, schema_differences, tamper
+from tests.support.audit import SECRET, fill, schema_differences, session_for, tamper, tree_result, utc
 from tests.support.audit_contract import AuditTrailContract
 
 
@@ -93,6 +98,36 @@ class TestCanonicalForm:
     def test_secret_values_include_the_rate_limit_redis_password(self):
         settings = ServerSettings(rate_limit_redis_url="redis://:redis-pass-456@cache:6379/1")
         assert "redis-pass-456" in secret_values(settings)
+
+
+class TestTenantVerification:
+    """An auditor's report covers the whole chain but tells only their tenant's figures; the CLI tells everything."""
+
+    def record_for(self, settings, tenant, asked_at=None):
+        return record_answer(settings, tree_result(), asked_by="someone", tenant=tenant, question="q",
+                             pipeline="tree_test", models={}, asked_at=asked_at)
+
+    def test_tenant_report_leaves_out_server_wide_figures(self, settings, tmp_path, capsys):
+        self.record_for(settings, "acme", asked_at=utc(2025, 1, 1))
+        retain(settings, before=utc(2026, 1, 1), archive=tmp_path / "old.jsonl")
+        ids = [self.record_for(settings, tenant) for tenant in ("acme", "globex", "acme", "globex", "acme")]
+        with session_for(settings) as session:
+            report = verify_for_tenant(session, hmac_key(settings), "globex")
+        assert (report.ok, report.checked, report.broken) == (True, 2, None)
+        assert report.notes and not re.search(r"\d", " ".join(report.notes))
+        assert TestCli().run(settings, "audit", "verify", "--json") == 0
+        full = json.loads(capsys.readouterr().out)
+        assert (full["checked"], full["start_seq"], full["head_seq"]) == (5, 1, 6)
+
+        tamper(settings, ("DELETE FROM audit_steps WHERE trace_id = :id", {"id": ids[1]}),
+               ("DELETE FROM audit_traces WHERE id = :id", {"id": ids[1]}))
+        with session_for(settings) as session:
+            acme = verify_for_tenant(session, hmac_key(settings), "acme")
+            globex = verify_for_tenant(session, hmac_key(settings), "globex")
+        # The link after the deleted one is acme's: acme is told which trace; globex only that the chain broke.
+        assert (acme.ok, acme.checked, acme.broken.trace_id) == (False, 1, ids[2])
+        assert (globex.ok, globex.checked, globex.broken.trace_id) == (False, 0, None)
+        assert not re.search(r"\d", acme.broken.reason + globex.broken.reason)
 
 
 class TestCli:

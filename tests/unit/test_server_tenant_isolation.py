@@ -1,12 +1,15 @@
-"""Tenants through the HTTP API: user ids per tenant."""
+"""Tenants through the HTTP API: user ids per tenant, and chain verification told per tenant."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from docqa.settings import Settings
+from tests.support.audit import tamper
 from tests.support.scripted_chat import ScriptedChatGenerator
 from tests.support.server_app import auth, build_test_app
 
@@ -16,6 +19,13 @@ def server(tmp_path) -> tuple[TestClient, dict[str, str]]:
     app, keys = build_test_app(tmp_path, ScriptedChatGenerator(default="Paris is the capital."))
     with TestClient(app) as client:
         yield client, keys
+
+
+def ask(client: TestClient, key: str) -> str:
+    response = client.post("/v1/query", json={"question": "Capital of France?", "pipeline": "no_retrieval"},
+                           headers=auth(key))
+    assert response.status_code == 200, response.text
+    return response.json()["trace_id"]
 
 
 def post(client: TestClient, path: str, key: str, **body: Any) -> Any:
@@ -49,3 +59,29 @@ class TestUserIdsPerTenant:
         assert client.get("/v1/me", headers=auth(keys["alice"])).json()["tenant"] == "acme"
         assert client.delete(f"/v1/admin/keys/{globex_key['id']}", headers=auth(keys["root"])).status_code == 404
 
+
+class TestVerifyPerTenant:
+    def test_the_report_counts_only_the_auditors_tenant(self, server):
+        client, keys = server
+        for _ in range(3):
+            ask(client, keys["alice"])
+        ask(client, keys["zed"])
+        globex = post(client, "/v1/traces/verify", keys["zaudit"]).json()
+        acme = post(client, "/v1/traces/verify", keys["audrey"]).json()
+        assert globex == {"ok": True, "checked": 1, "broken": None, "notes": []}
+        assert acme == {"ok": True, "checked": 3, "broken": None, "notes": []}
+
+    def test_a_break_names_only_the_auditors_own_trace_and_no_link_numbers(self, server, tmp_path):
+        client, keys = server
+        ask(client, keys["alice"])
+        edited = ask(client, keys["zed"])
+        ask(client, keys["alice"])
+        tamper(Settings(data_dir=tmp_path / "data"),
+               ("UPDATE audit_traces SET answer = 'forged' WHERE id = :id", {"id": edited}))
+        globex = post(client, "/v1/traces/verify", keys["zaudit"]).json()
+        acme = post(client, "/v1/traces/verify", keys["audrey"]).json()
+        assert (globex["ok"], globex["checked"], globex["broken"]["trace_id"]) == (False, 0, edited)
+        assert (acme["ok"], acme["checked"], acme["broken"]["trace_id"]) == (False, 1, None)
+        for report in (globex, acme):
+            assert set(report) == {"ok", "checked", "broken", "notes"}
+            assert not re.search(r"\d", report["broken"]["reason"] + " ".join(report["notes"]))
