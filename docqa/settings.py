@@ -69,6 +69,17 @@ class Settings(BaseSettings):
     local_llm_startup_timeout_s: float = 60.0
 
     max_question_chars: int = Field(default=2000, ge=1)
+
+    # Server-side ceilings of what one question may cost, whatever the caller's options ask for. Options above
+    # a ceiling are refused (422); the LLM client enforces the call budget, prompt size and token cap per call.
+    max_top_k: int = Field(default=100, ge=1)
+    max_iterations: int = Field(default=10, ge=1)
+    max_scoped_records: int = Field(default=1000, ge=1)
+    max_prompt_documents: int = Field(default=40, ge=1)
+    max_document_chars: int = Field(default=2000, ge=100)
+    max_completion_tokens: int = Field(default=2048, ge=1)
+    max_prompt_chars: int = Field(default=120_000, ge=1000)
+    max_llm_calls_per_question: int = Field(default=64, ge=1)
     # Directory of prompt files that override the packaged templates of the same name.
     prompts_dir: Path | None = None
 

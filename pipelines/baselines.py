@@ -9,13 +9,11 @@ from docqa.components.cited_answer_generator import CitedAnswerGenerator
 from docqa.components.prompt_templates import load_prompt, prompt_fingerprint, render_prompt
 from docqa.llm.calls import ChatGenerator, generate_text
 from docqa.pipelines.base import citations_from_documents, finish, validate_question
+from docqa.pipelines.options import NoRetrievalOptions, StandardOptions
 from docqa.pipelines.registry import register
 from docqa.recording import StepRecorder, document_summary
 from docqa.result import PipelineResult
 from docqa.runtime import Runtime
-
-MAX_TOP_K = 100
-
 
 class NoRetrievalPipeline:
     """The generator answers from its own parameters: the lower bound for every retrieval strategy."""
@@ -91,7 +89,7 @@ class StandardRAGPipeline:
         return finish(self, question, out["answer"], citations_from_documents(out["cited_documents"]), recorder)
 
 
-@register("no_retrieval", "Answer from the model alone (baseline without retrieval).")
+@register("no_retrieval", "Answer from the model alone (baseline without retrieval).", NoRetrievalOptions)
 def build_no_retrieval(runtime: Runtime, max_tokens: int | None = None) -> NoRetrievalPipeline:
     settings = runtime.settings
     return NoRetrievalPipeline(
@@ -103,13 +101,10 @@ def build_no_retrieval(runtime: Runtime, max_tokens: int | None = None) -> NoRet
     )
 
 
-@register("standard", "Single-round hybrid retrieval (BM25 + dense, RRF) and a cited answer.")
+@register("standard", "Single-round hybrid retrieval (BM25 + dense, RRF) and a cited answer.", StandardOptions)
 def build_standard(runtime: Runtime, top_k: int | None = None, max_tokens: int | None = None) -> StandardRAGPipeline:
     settings = runtime.settings
     top_k = top_k or settings.top_k
-    # Options may come from API callers: bound what one question can cost.
-    if not 1 <= top_k <= MAX_TOP_K:
-        raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}")
     generator = CitedAnswerGenerator(
         runtime.chat_generator("generator"),
         prompt_template=load_prompt("standard_answer", settings.prompts_dir),

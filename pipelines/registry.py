@@ -14,6 +14,7 @@ from typing import Any
 
 from docqa.errors import UnknownPipelineError
 from docqa.pipelines.base import QAPipeline
+from docqa.pipelines.options import StrategyOptions, validate_options
 from docqa.runtime import Runtime
 
 Builder = Callable[..., QAPipeline]
@@ -27,17 +28,20 @@ class PipelineSpec:
     name: str
     description: str
     builder: Builder
+    options: type[StrategyOptions]
 
 
 _REGISTRY: dict[str, PipelineSpec] = {}
 _loaded = False
 
 
-def register(name: str, description: str) -> Callable[[Builder], Builder]:
+def register(name: str, description: str, options: type[StrategyOptions]) -> Callable[[Builder], Builder]:
+    """Register a builder; `options` is the typed model every caller's options are validated against."""
+
     def decorator(builder: Builder) -> Builder:
         if name in _REGISTRY and _REGISTRY[name].builder is not builder:
             raise ValueError(f"pipeline {name!r} is registered twice")
-        _REGISTRY[name] = PipelineSpec(name=name, description=description, builder=builder)
+        _REGISTRY[name] = PipelineSpec(name=name, description=description, builder=builder, options=options)
         return builder
 
     return decorator
@@ -56,10 +60,21 @@ def available_pipelines() -> list[PipelineSpec]:
     return sorted(_REGISTRY.values(), key=lambda spec: spec.name)
 
 
-def build_pipeline(name: str, runtime: Runtime, **options: Any) -> QAPipeline:
+def pipeline_spec(name: str) -> PipelineSpec:
+    """:raises UnknownPipelineError: no strategy of that name."""
     _load()
     spec = _REGISTRY.get(name)
     if spec is None:
         known = ", ".join(sorted(_REGISTRY))
         raise UnknownPipelineError(f"unknown pipeline {name!r}; available: {known}")
-    return spec.builder(runtime, **options)
+    return spec
+
+
+def check_options(name: str, options: dict[str, Any] | None, runtime: Runtime) -> StrategyOptions:
+    """The strategy's typed options; raises `InvalidOptionsError` naming a wrong or out-of-range option."""
+    return validate_options(name, options, runtime.settings, pipeline_spec(name).options)
+
+
+def build_pipeline(name: str, runtime: Runtime, **options: Any) -> QAPipeline:
+    """Build a strategy from caller options, validated by its options model (every entry point comes here)."""
+    return pipeline_spec(name).builder(runtime, **check_options(name, options, runtime).build_kwargs())

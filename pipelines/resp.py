@@ -31,6 +31,7 @@ from docqa.components.resp_memory import ReSPMemory
 from docqa.components.resp_reasoner import ReSPReasoner
 from docqa.components.sub_question_guard import SubQuestionGuard
 from docqa.pipelines.base import citations_from_documents, finish, validate_question
+from docqa.pipelines.options import ReSPOptions
 from docqa.pipelines.registry import register
 from docqa.recording import StepRecorder, document_summary, run_concurrently
 from docqa.result import PipelineResult
@@ -226,7 +227,8 @@ class ReSPPipeline:
         return answer
 
 
-@register("resp", "ReSP: iterative retrieve-summarize-plan over global evidence and local pathway memories.")
+@register("resp", "ReSP: iterative retrieve-summarize-plan over global evidence and local pathway memories.",
+          ReSPOptions)
 def build_resp(
     runtime: Runtime,
     top_k: int | None = None,

@@ -6,15 +6,9 @@ import json
 import threading
 from typing import Any
 
-from docqa.errors import DocqaError
 from docqa.pipelines.base import QAPipeline
-from docqa.pipelines.registry import available_pipelines, build_pipeline
+from docqa.pipelines.registry import available_pipelines, build_pipeline, check_options
 from docqa.runtime import Runtime
-
-
-class InvalidOptionsError(DocqaError):
-    code = "invalid_options"
-    http_status = 422
 
 
 class PipelineCache:
@@ -29,18 +23,19 @@ class PipelineCache:
     def names(self) -> list[str]:
         return [spec.name for spec in available_pipelines()]
 
+    def check(self, name: str, options: dict[str, Any] | None) -> None:
+        """Validate a caller's options for `name` before any work starts.
+
+        :raises InvalidOptionsError: an unknown, mistyped or out-of-range option.
+        """
+        check_options(name, options, self.runtime)
+
     def get(self, name: str, options: dict[str, Any] | None = None) -> QAPipeline:
         key = json.dumps([name, options or {}], sort_keys=True, default=str)
         with self._lock:
             pipeline = self._built.get(key)
             if pipeline is None:
-                try:
-                    pipeline = build_pipeline(name, self.runtime, **(options or {}))
-                except TypeError as exc:
-                    # A builder rejecting an unknown or mistyped keyword: the caller's options are wrong.
-                    raise InvalidOptionsError(f"invalid options for pipeline {name!r}: {exc}") from exc
-                except ValueError as exc:
-                    raise InvalidOptionsError(f"invalid options for pipeline {name!r}: {exc}") from exc
+                pipeline = build_pipeline(name, self.runtime, **(options or {}))
                 if len(self._built) >= self.size:
                     self._built.pop(next(iter(self._built)))
                 self._built[key] = pipeline

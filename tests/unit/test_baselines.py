@@ -9,7 +9,7 @@ from docqa.access import AccessScope
 from docqa.components.cited_answer_generator import CitedAnswerGenerator
 from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.components.prompt_templates import load_prompt
-from docqa.errors import InvalidQuestionError, UnknownPipelineError
+from docqa.errors import InvalidOptionsError, InvalidQuestionError, UnknownPipelineError
 from docqa.pipelines.baselines import NoRetrievalPipeline, StandardRAGPipeline
 from docqa.pipelines.registry import available_pipelines, build_pipeline
 from docqa.runtime import Runtime
@@ -149,5 +149,5 @@ class TestPromptEcho:
 
 def test_standard_builder_bounds_top_k(tmp_path):
     runtime = Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: ScriptedChatGenerator())
-    with pytest.raises(ValueError, match="top_k must be between 1 and 100"):
+    with pytest.raises(InvalidOptionsError, match="top_k must be at most 100"):
         build_pipeline("standard", runtime, top_k=5000)

@@ -1,0 +1,108 @@
+"""Typed, bounded options of each strategy: one model per strategy, validated the same way from every entry.
+
+The CLI, the HTTP API and any other caller pass options through `validate_options`, which refuses unknown
+names, wrong types (`top_k=2.5`, `max_tokens="x"`) and values beyond the server's ceilings
+(`docqa.settings.Settings.max_*`), with one line naming the option. The LLM client enforces the per-question
+call budget and the completion-token cap again on every call, whatever a strategy passes.
+
+Usage:
+    options = validate_options("atrag", {"max_iterations": 3}, settings)   # -> ATRAGOptions
+    options.build_kwargs()                                                # -> {"max_iterations": 3}
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+
+from docqa.errors import InvalidOptionsError
+from docqa.settings import Settings
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class StrategyOptions(BaseModel):
+    """Options common to every strategy's model; `ceilings` maps a field to the setting that bounds it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    ceilings: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="after")
+    def _within_ceilings(self, info: ValidationInfo) -> StrategyOptions:
+        settings = (info.context or {}).get("settings") or Settings()
+        for name, setting in self.ceilings.items():
+            value = getattr(self, name)
+            ceiling = getattr(settings, setting)
+            if value is not None and value > ceiling:
+                raise ValueError(f"{name} must be at most {ceiling} (server limit DOCQA_{setting.upper()})")
+        return self
+
+    def build_kwargs(self) -> dict[str, Any]:
+        """The options that were given, as keyword arguments of the strategy's builder."""
+        return self.model_dump(exclude_none=True)
+
+
+class NoRetrievalOptions(StrategyOptions):
+    ceilings: ClassVar[dict[str, str]] = {"max_tokens": "max_completion_tokens"}
+
+    max_tokens: PositiveInt | None = None
+
+
+class StandardOptions(StrategyOptions):
+    ceilings: ClassVar[dict[str, str]] = {"top_k": "max_top_k", "max_tokens": "max_completion_tokens"}
+
+    top_k: PositiveInt | None = None
+    max_tokens: PositiveInt | None = None
+
+
+class ReSPOptions(StrategyOptions):
+    ceilings: ClassVar[dict[str, str]] = {
+        "top_k": "max_top_k", "max_iterations": "max_iterations",
+        "summary_tokens": "max_completion_tokens", "answer_tokens": "max_completion_tokens",
+    }
+
+    top_k: PositiveInt | None = None
+    max_iterations: PositiveInt | None = None
+    summary_tokens: PositiveInt | None = None
+    answer_tokens: PositiveInt | None = None
+
+
+class ATRAGOptions(StrategyOptions):
+    ceilings: ClassVar[dict[str, str]] = {
+        "top_k": "max_top_k", "max_iterations": "max_iterations", "max_scoped_records": "max_scoped_records",
+        "max_tokens": "max_completion_tokens", "max_prompt_documents": "max_prompt_documents",
+        "max_document_chars": "max_document_chars",
+    }
+
+    top_k: PositiveInt | None = None
+    max_iterations: PositiveInt | None = None
+    min_topic_probability: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] | None = None
+    max_scoped_records: PositiveInt | None = None
+    max_tokens: PositiveInt | None = None
+    max_prompt_documents: PositiveInt | None = None
+    max_document_chars: Annotated[int, Field(ge=50)] | None = None
+
+
+def validate_options(
+    name: str, options: dict[str, Any] | None, settings: Settings, model: type[StrategyOptions]
+) -> StrategyOptions:
+    """`options` checked against `model` and the settings' ceilings.
+
+    :raises InvalidOptionsError: unknown option, wrong type or out of range; the message names the option.
+    """
+    try:
+        return model.model_validate(options or {}, context={"settings": settings})
+    except ValidationError as exc:
+        raise InvalidOptionsError(f"invalid options for pipeline {name!r}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        where = ".".join(str(part) for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown option"
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems)
