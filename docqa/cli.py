@@ -65,6 +65,7 @@ def _run_question(settings: Settings, runtime: Any, pipeline_name: str, question
                   asked_by: str, options: dict[str, Any], run_options: dict[str, Any] | None = None) -> Any:
     from docqa.pipelines.base import validate_question
     from docqa.pipelines.registry import build_pipeline
+    from docqa.run_control import OUTCOME_CANCELLED, RunControl
     from docqa.server.audit.recorder import answer_with_audit
 
     validate_question(question, settings.max_question_chars)
@@ -75,7 +76,14 @@ def _run_question(settings: Settings, runtime: Any, pipeline_name: str, question
     if unsupported:
         flags = ", ".join("--" + name.replace("_", "-") for name in unsupported)
         raise DocqaError(f"pipeline {pipeline_name!r} does not take {flags}")
-    return answer_with_audit(pipeline, question, scope, asked_by=asked_by, settings=settings, run_options=run_options)
+    control = RunControl.from_settings(settings)
+    try:
+        return answer_with_audit(pipeline, question, scope, asked_by=asked_by, settings=settings,
+                                 run_options=run_options, control=control)
+    except KeyboardInterrupt:
+        # Interrupted at the terminal: the question still leaves its one trace, marked cancelled.
+        control.stop(OUTCOME_CANCELLED)
+        raise
 
 
 def _print_result(result: Any, as_json: bool) -> None:
@@ -275,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args, settings) or 0)
     except DocqaError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        print(f"error: {exc.message}" + (f": {exc.detail}" if exc.detail else ""), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -7,9 +7,11 @@ class DocqaError(Exception):
     code = "docqa_error"
     http_status = 400
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, detail: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        # For operators only (server log, the CLI): never sent to API callers nor stored in traces.
+        self.detail = detail
 
 
 class InvalidQuestionError(DocqaError):
@@ -55,3 +57,10 @@ class AccessDeniedError(DocqaError):
 class ConfigurationError(DocqaError):
     code = "configuration_error"
     http_status = 500
+
+
+class InvalidOptionsError(DocqaError):
+    """A strategy option that is unknown, of the wrong type or beyond the server's limits."""
+
+    code = "invalid_options"
+    http_status = 422

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from docqa.result import LLMUsage, Step, Totals
+from docqa.run_control import check_run
 
 T = TypeVar("T")
 
@@ -50,6 +51,7 @@ class StepRecorder:
 
     def __init__(self) -> None:
         self.steps: list[Step] = []
+        self._finished: set[int] = set()
         self._lock = threading.Lock()
         self._started = time.perf_counter()
         sink = _recorder_sink.get()
@@ -61,6 +63,8 @@ class StepRecorder:
         self, kind: str, name: str, inputs: dict[str, Any] | None = None, parent: int | None = None
     ) -> Iterator[Step]:
         """Open a step; nested steps default to the enclosing step as parent. Errors are recorded and re-raised."""
+        # Every step boundary is a cancellation point: a stopped run starts no further work.
+        check_run()
         enclosing = _current_step.get()
         if parent is None and enclosing is not None:
             parent = enclosing.index
@@ -83,13 +87,29 @@ class StepRecorder:
             step.error = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            step.duration_s = time.perf_counter() - start
-            step.outputs = to_jsonable(step.outputs)
+            with self._lock:
+                step.duration_s = time.perf_counter() - start
+                step.outputs = to_jsonable(step.outputs)
+                self._finished.add(step.index)
             _current_step.reset(token_step)
             _current_recorder.reset(token_rec)
             listener = _step_listener.get()
             if listener is not None:
                 listener(step)
+
+    def snapshot(self, unfinished_error: str) -> list[Step]:
+        """Copies of the steps so far, safe to read while the run goes on in another thread.
+
+        A step still running keeps its inputs and LLM usage so far; its outputs are not read (its thread may be
+        writing them) and its error says why it never finished.
+        """
+        with self._lock:
+            return [
+                dataclasses.replace(step, outputs=dict(step.outputs), llm=dataclasses.replace(step.llm))
+                if step.index in self._finished
+                else dataclasses.replace(step, outputs={}, llm=dataclasses.replace(step.llm), error=unfinished_error)
+                for step in self.steps
+            ]
 
     def totals(self) -> Totals:
         usage = LLMUsage()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +21,16 @@ from docqa.errors import UnknownPipelineError
 from docqa.pipelines.base import QAPipeline, config_hash, validate_question
 from docqa.recording import listen_to_steps
 from docqa.result import PipelineResult, Step
+from docqa.run_control import OUTCOME_CANCELLED, OUTCOME_TIMED_OUT, RunControl, RunStopped
 from docqa.server.accounts.identity import Caller
 from docqa.server.api_errors import ApiError
-from docqa.server.audit.recorder import answer_with_audit
+from docqa.server.audit.recorder import AuditedRun, record_stopped_before_start
 from docqa.server.auto_select import choose_pipeline
 from docqa.server.context import ServerContext
 
 AUTO = "auto"
+# How often a non-streaming request checks whether its client is still connected.
+_DISCONNECT_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class Prepared:
     pipeline: str
     options: dict[str, Any]
     selection: dict[str, Any] = field(default_factory=dict)
+    # Runtime inputs of the strategy's run (AT-RAG's as_of / patient_id), beside its build options.
+    run_options: dict[str, Any] = field(default_factory=dict)
 
 
 def prepare(context: ServerContext, question: str, pipeline: str, options: dict[str, Any]) -> Prepared:
@@ -43,15 +48,19 @@ def prepare(context: ServerContext, question: str, pipeline: str, options: dict[
 
     :raises InvalidQuestionError: an empty or too long question.
     :raises UnknownPipelineError: a name that is neither `auto` nor registered.
+    :raises InvalidOptionsError: an option the strategy does not take, of the wrong type or out of range.
     """
     cleaned = validate_question(question, context.settings.max_question_chars)
     names = context.pipelines.names()
     if pipeline == AUTO:
         choice = choose_pipeline(cleaned, names)
-        return Prepared(cleaned, choice.name, options, choice.to_dict())
-    if pipeline not in names:
+        name, selection = choice.name, choice.to_dict()
+    elif pipeline not in names:
         raise UnknownPipelineError(f"unknown pipeline {pipeline!r}; available: {', '.join([AUTO, *names])}")
-    return Prepared(cleaned, pipeline, options, {"mode": "explicit", "pipeline": pipeline})
+    else:
+        name, selection = pipeline, {"mode": "explicit", "pipeline": pipeline}
+    context.pipelines.check(name, options)
+    return Prepared(cleaned, name, options, selection)
 
 
 class SelectedPipeline:
@@ -74,30 +83,79 @@ class SelectedPipeline:
 
 
 async def answer(
-    context: ServerContext, caller: Caller, prepared: Prepared, on_step: Callable[[Step], None] | None = None
+    context: ServerContext, caller: Caller, prepared: Prepared, on_step: Callable[[Step], None] | None = None,
+    disconnected: Callable[[], Awaitable[bool]] | None = None,
 ) -> PipelineResult:
     """Run `prepared` for `caller` inside a query slot; 503 when no slot frees up, 504 on timeout."""
     async with context.slots.acquire():
-        return await answer_in_slot(context, caller, prepared, on_step)
+        return await answer_in_slot(context, caller, prepared, on_step, disconnected)
 
 
 async def answer_in_slot(
-    context: ServerContext, caller: Caller, prepared: Prepared, on_step: Callable[[Step], None] | None = None
+    context: ServerContext, caller: Caller, prepared: Prepared, on_step: Callable[[Step], None] | None = None,
+    disconnected: Callable[[], Awaitable[bool]] | None = None,
 ) -> PipelineResult:
-    """Run `prepared` in the query thread pool; the caller already holds a query slot."""
+    """Run `prepared` in the query thread pool; the caller already holds a query slot.
+
+    At the query timeout, when `disconnected()` turns true, or when this task is cancelled (a streaming client
+    left), the run is stopped: its trace is written at once as `timed_out`/`cancelled` and its thread stops at
+    the next step boundary, making no further LLM calls.
+    """
+    settings = context.settings
+    control = RunControl.from_settings(settings, timeout_s=settings.query_timeout_s)
+    # Until the run has started in its thread, a stop still leaves a trace (written by this fallback).
+    control.on_stop(lambda outcome: record_stopped_before_start(
+        settings, outcome, asked_by=caller.user_id, tenant=caller.tenant, question=prepared.question,
+        pipeline=prepared.pipeline, config={"pipeline": prepared.pipeline, "options": prepared.options,
+                                            "selection": prepared.selection},
+    ))
 
     def work() -> PipelineResult:
         pipeline = SelectedPipeline(context.pipelines.get(prepared.pipeline, prepared.options), prepared.selection)
+        run = AuditedRun(pipeline, prepared.question, caller.scope(), caller.user_id, settings,
+                         control=control, run_options=prepared.run_options)
         if on_step is None:
-            return answer_with_audit(pipeline, prepared.question, caller.scope(), caller.user_id, context.settings)
+            return run.run()
         with listen_to_steps(on_step):
-            return answer_with_audit(pipeline, prepared.question, caller.scope(), caller.user_id, context.settings)
+            return run.run()
 
     loop = asyncio.get_running_loop()
-    # run_in_executor (not anyio's to_thread) so a timeout returns at once; the abandoned run finishes
-    # in its thread, bounded by the LLM call timeouts.
     future = loop.run_in_executor(context.executor, contextvars.copy_context().run, work)
+    context.active_runs.add(control)
+    watcher = asyncio.ensure_future(_until(disconnected)) if disconnected is not None else None
     try:
-        return await asyncio.wait_for(future, timeout=context.settings.query_timeout_s)
-    except TimeoutError:
-        raise ApiError(504, "timeout", f"the query took longer than {context.settings.query_timeout_s:g} s") from None
+        waiting = {future} if watcher is None else {future, watcher}
+        done, _ = await asyncio.wait(waiting, timeout=settings.query_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if future not in done:
+            outcome = OUTCOME_CANCELLED if watcher is not None and watcher in done else OUTCOME_TIMED_OUT
+            # Blocking database work (the trace) stays off the event loop.
+            if await asyncio.to_thread(control.stop, outcome):
+                raise _stopped(outcome, settings.query_timeout_s)
+            # The run settled its own outcome first (completed or failed): that is what the caller gets.
+        return await _result(future, settings.query_timeout_s)
+    except asyncio.CancelledError:
+        # The request itself went away (a streaming client disconnected): the thread still writes the trace.
+        asyncio.get_running_loop().run_in_executor(None, control.stop, OUTCOME_CANCELLED)
+        raise
+    finally:
+        context.active_runs.discard(control)
+        if watcher is not None:
+            watcher.cancel()
+
+
+async def _until(disconnected: Callable[[], Awaitable[bool]]) -> None:
+    while not await disconnected():
+        await asyncio.sleep(_DISCONNECT_POLL_S)
+
+
+async def _result(future: asyncio.Future[PipelineResult], timeout_s: float) -> PipelineResult:
+    try:
+        return await future
+    except RunStopped as exc:
+        raise _stopped(exc.outcome, timeout_s) from None
+
+
+def _stopped(outcome: str, timeout_s: float) -> ApiError:
+    if outcome == OUTCOME_TIMED_OUT:
+        return ApiError(504, "timeout", f"the query took longer than {timeout_s:g} s")
+    return ApiError(503, "cancelled", "the query was cancelled")

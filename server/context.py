@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import sessionmaker
 
+from docqa.run_control import OUTCOME_CANCELLED, RunControl
 from docqa.runtime import Runtime
 from docqa.server.accounts.oidc import TokenVerifier
 from docqa.server.config import ServerSettings
 from docqa.server.limits import QuerySlots, RateLimiter, RedisRateLimiter
 from docqa.server.pipeline_cache import PipelineCache
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -24,6 +28,8 @@ class ServerContext:
     token_verifier: TokenVerifier | None = None
     pipelines: PipelineCache = field(init=False)
     executor: ThreadPoolExecutor = field(init=False)
+    # Runs in progress, so that a stopping server cancels them and each still leaves its trace.
+    active_runs: set[RunControl] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.pipelines = PipelineCache(self.runtime)
@@ -33,6 +39,11 @@ class ServerContext:
         )
 
     def close(self) -> None:
+        for control in list(self.active_runs):
+            try:
+                control.stop(OUTCOME_CANCELLED)
+            except Exception:  # one failed trace write must not keep the others from being written
+                logger.exception("could not record a run cancelled at shutdown")
         self.executor.shutdown(wait=False, cancel_futures=True)
         if isinstance(self.rate_limiter, RedisRateLimiter):
             self.rate_limiter.close()

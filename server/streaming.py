@@ -62,14 +62,21 @@ async def run_events(
 
     task = asyncio.ensure_future(answer_in_slot(context, caller, prepared, on_step))
     task.add_done_callback(lambda _task: queue.put_nowait(("done", None)))
-    while True:
-        kind, data = await queue.get()
-        if kind == "done":
-            break
-        yield kind, data
+    try:
+        while True:
+            kind, data = await queue.get()
+            if kind == "done":
+                break
+            yield kind, data
+    finally:
+        # The client left before the end: cancelling the task stops the run and records it as cancelled.
+        if not task.done():
+            task.cancel()
     try:
         result: PipelineResult = task.result()
     except (DocqaError, ApiError) as exc:
+        if isinstance(exc, DocqaError) and exc.detail:
+            logger.warning("%s: %s", exc.code, exc.detail)
         yield "error", error_body(exc.code, exc.message)
         return
     except Exception:

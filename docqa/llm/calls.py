@@ -22,6 +22,7 @@ from haystack.dataclasses import ChatMessage
 from docqa.errors import LLMUnavailableError
 from docqa.recording import record_llm_call
 from docqa.result import LLMUsage
+from docqa.run_control import bounded_max_tokens, current_run
 
 YES_NO_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -99,9 +100,11 @@ def _run_generator(
             raise
         reason = _unavailable_reason(exc)
         if reason is not None:
+            # Callers and traces learn only that the model is unavailable; the endpoint is an operator's concern.
             endpoint = getattr(generator, "api_base_url", None) or "no URL"
             raise LLMUnavailableError(
-                f"LLM endpoint {reason} ({endpoint}): {type(exc).__name__}: {_one_line(exc)}"
+                f"the language model is unavailable (its endpoint {reason})",
+                detail=f"LLM endpoint {reason} ({endpoint}): {type(exc).__name__}: {_one_line(exc)}",
             ) from exc
         truncated = _truncated_completion(exc)
         if truncated is None:
@@ -125,12 +128,24 @@ def _truncated_completion(exc: Exception) -> dict[str, Any] | None:
     return {"replies": [ChatMessage.from_assistant(text, meta=meta)]}
 
 
+def _bounded(generation_kwargs: dict[str, Any], prompt: str) -> dict[str, Any]:
+    """The kwargs with a checked token cap, after counting the call against the run's budget (if any)."""
+    control = current_run()
+    requested = generation_kwargs.get("max_tokens")
+    if control is not None:
+        cap = control.take_llm_call(len(prompt), requested)
+    else:
+        cap = None if requested is None else bounded_max_tokens(requested)
+    return generation_kwargs if cap is None else {**generation_kwargs, "max_tokens": cap}
+
+
 def _call(
     generator: ChatGenerator, prompt: str, generation_kwargs: dict[str, Any], purpose: str,
     *, raise_rejected: bool = False,
 ) -> tuple[str, ChatMessage | None]:
     """One recorded call. A refused request raises the SDK error when `raise_rejected` (to try another
     request shape), else `LLMUnavailableError` like every endpoint failure."""
+    generation_kwargs = _bounded(generation_kwargs, prompt)
     result = _run_generator(generator, prompt, generation_kwargs, raise_rejected=raise_rejected)
     replies = result.get("replies") or []
     reply = replies[0] if replies else None

@@ -16,6 +16,9 @@ from docqa.db import Base
 
 STATUS_COMPLETED = "completed"
 STATUS_FAILED = "failed"
+# What the caller got when the run did not finish for them: a 504, or they went away (or the server stopped).
+STATUS_TIMED_OUT = "timed_out"
+STATUS_CANCELLED = "cancelled"
 
 
 class AuditTrace(Base):

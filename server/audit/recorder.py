@@ -26,7 +26,15 @@ from docqa.access import AccessScope
 from docqa.db import make_engine
 from docqa.pipelines.base import QAPipeline, config_hash
 from docqa.recording import StepRecorder, capture_recorders
-from docqa.result import Citation, PipelineResult, Step
+from docqa.result import Citation, LLMUsage, PipelineResult, Step
+from docqa.run_control import (
+    OUTCOME_CANCELLED,
+    OUTCOME_COMPLETED,
+    OUTCOME_FAILED,
+    OUTCOME_TIMED_OUT,
+    RunControl,
+    RunStopped,
+)
 from docqa.server.audit.canonical import canonical_bytes, trace_payload
 from docqa.server.audit.chain import IMMEDIATE_SESSION, chain_tail, link_mac, lock_chain
 from docqa.server.audit.keys import hmac_key
@@ -104,12 +112,14 @@ def record_answer(
     steps: Sequence[Step] | None = None,
     asked_at: datetime | None = None,
     session: Session | None = None,
+    status: str | None = None,
 ) -> str:
     """Append one trace to the chain and return its id.
 
     :param result: the pipeline's result; `None` for a failed run, which then needs `error`.
     :param config: the pipeline configuration when there is no result (a result carries its own).
     :param steps: the steps of a failed run (a result carries its own).
+    :param status: what the caller got when that is not simply completed/failed (`timed_out`, `cancelled`).
     :param session: append inside the caller's transaction (from `audit_session`); the caller commits.
         Without it the trace is committed before this returns.
     :returns: the trace id.
@@ -120,7 +130,7 @@ def record_answer(
         raise ValueError("a trace needs who asked (asked_by) and their tenant")
     trace = build_trace(
         settings, result, asked_by=asked_by, tenant=tenant, question=question, pipeline=pipeline,
-        models=models, config=config, error=error, steps=steps, asked_at=asked_at,
+        models=models, config=config, error=error, steps=steps, asked_at=asked_at, status=status,
     )
     key = hmac_key(settings)
     if session is not None:
@@ -158,6 +168,7 @@ def build_trace(
     error: str | None,
     steps: Sequence[Step] | None,
     asked_at: datetime | None,
+    status: str | None = None,
 ) -> AuditTrace:
     secrets = secret_values(settings)
     if result is not None:
@@ -176,13 +187,24 @@ def build_trace(
         models=clean(dict(models), secrets),
         answer=None if result is None else clean_text(result.answer, secrets),
         citations=[] if result is None else clean([_citation(c) for c in result.citations], secrets),
-        status=STATUS_FAILED if error is not None else STATUS_COMPLETED,
+        status=status or (STATUS_FAILED if error is not None else STATUS_COMPLETED),
         error=None if error is None else clean_text(error, secrets),
         stop_reason=None if result is None else result.stop_reason,
-        totals={} if result is None else clean(result.totals.to_dict(), secrets),
+        totals=clean(_totals(result, steps), secrets),
     )
     trace.steps = [_step_row(step, secrets) for step in (steps or [])]
     return trace
+
+
+def _totals(result: PipelineResult | None, steps: Sequence[Step] | None) -> dict[str, Any]:
+    if result is not None:
+        return result.totals.to_dict()
+    # A run that did not complete still spent LLM calls: auditors see what it cost.
+    usage = LLMUsage()
+    for step in steps or []:
+        usage.add(step.llm)
+    return {"llm_calls": usage.calls, "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens} if usage.calls else {}
 
 
 def _citation(citation: Citation) -> dict[str, Any]:
@@ -215,6 +237,90 @@ def _documents(outputs: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"id": d.get("id"), "score": d.get("score")} for d in docs if isinstance(d, dict) and "id" in d]
 
 
+class AuditedRun:
+    """One question's run and its single trace, written by whoever settles the outcome first.
+
+    `run()` (in a worker thread) writes `completed` or `failed`; `control.stop(...)` (from the request side, at a
+    timeout or a disconnect) writes `timed_out`/`cancelled` at once with the steps taken so far, and the run
+    stops at its next step boundary without writing anything more.
+    """
+
+    def __init__(
+        self,
+        pipeline: QAPipeline,
+        question: str,
+        scope: AccessScope,
+        asked_by: str,
+        settings: Settings,
+        *,
+        filters: dict[str, Any] | None = None,
+        models: dict[str, Any] | None = None,
+        run_options: dict[str, Any] | None = None,
+        control: RunControl | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.question = question
+        self.scope = scope
+        self.settings = settings
+        self.filters = filters
+        self.run_options = run_options or {}
+        self.control = control or RunControl.from_settings(settings)
+        self.control.on_stop(self._record_stopped)
+        self._recorders: list[StepRecorder] = []
+        self._common: dict[str, Any] = {
+            "asked_by": asked_by, "tenant": scope.tenant, "pipeline": pipeline.name,
+            "models": models if models is not None else models_from_settings(settings),
+            "asked_at": datetime.now(UTC),
+        }
+
+    def run(self) -> PipelineResult:
+        """Run the pipeline; returns the result with its committed trace id, or raises (trace written)."""
+        with capture_recorders() as recorders, self.control.active():
+            self._recorders = recorders
+            try:
+                result = self.pipeline.run(self.question, self.scope, self.filters, **self.run_options)
+            except RunStopped as exc:
+                # The run noticed its own deadline before the request side did.
+                if self.control.decide(exc.outcome):
+                    self._record_stopped(exc.outcome)
+                raise
+            except Exception as exc:
+                if self.control.decide(OUTCOME_FAILED):
+                    record_answer(
+                        self.settings, None, question=self.question, config=self.pipeline.config(),
+                        error=f"{type(exc).__name__}: {exc}", steps=_steps_of_failed_run(recorders), **self._common,
+                    )
+                raise
+        if not self.control.decide(OUTCOME_COMPLETED):
+            # Timed out or cancelled while finishing: the caller never got this answer, and the trace says so.
+            raise RunStopped(self.control.outcome or OUTCOME_CANCELLED)
+        result.trace_id = record_answer(self.settings, result, question=result.question, **self._common)
+        return result
+
+    def _record_stopped(self, outcome: str) -> None:
+        steps = self._recorders[0].snapshot(f"not finished: the run {_described(outcome)}") if self._recorders else []
+        record_answer(
+            self.settings, None, question=self.question, config=self.pipeline.config(), status=outcome,
+            error=f"the run {_described(outcome)}", steps=steps, **self._common,
+        )
+
+
+def record_stopped_before_start(
+    settings: Settings, outcome: str, *, asked_by: str, tenant: str, question: str, pipeline: str,
+    config: dict[str, Any],
+) -> str:
+    """The trace of a question stopped (timed out, cancelled) before its pipeline began to run."""
+    return record_answer(
+        settings, None, asked_by=asked_by, tenant=tenant, question=question, pipeline=pipeline,
+        models=models_from_settings(settings), config=config, status=outcome,
+        error=f"the run {_described(outcome)} before it started",
+    )
+
+
+def _described(outcome: str) -> str:
+    return {OUTCOME_TIMED_OUT: "timed out", OUTCOME_CANCELLED: "was cancelled"}.get(outcome, outcome)
+
+
 def _steps_of_failed_run(recorders: list[StepRecorder]) -> list[Step]:
     # The first recorder is the pipeline's own; any later one belongs to a nested helper and would reuse
     # step positions.
@@ -231,26 +337,15 @@ def answer_with_audit(
     filters: dict[str, Any] | None = None,
     models: dict[str, Any] | None = None,
     run_options: dict[str, Any] | None = None,
+    control: RunControl | None = None,
 ) -> PipelineResult:
     """Run a pipeline and commit its trace before returning the answer (or re-raising its error).
 
     :param asked_by: the authenticated caller (user id), never taken from the request body.
     :param models: the model serving each LLM role; defaults to the settings' per-role endpoints.
     :param run_options: strategy-specific keyword arguments of `pipeline.run` (e.g. AT-RAG's `as_of`).
+    :param control: the run's budget, deadline and cancellation (default: the settings' limits, no deadline).
     :returns: the result, with `trace_id` set to the committed trace.
     """
-    models = models if models is not None else models_from_settings(settings)
-    asked_at = datetime.now(UTC)
-    common = {"asked_by": asked_by, "tenant": scope.tenant, "pipeline": pipeline.name, "models": models,
-              "asked_at": asked_at}
-    with capture_recorders() as recorders:
-        try:
-            result = pipeline.run(question, scope, filters, **(run_options or {}))
-        except Exception as exc:
-            record_answer(
-                settings, None, question=question, config=pipeline.config(),
-                error=f"{type(exc).__name__}: {exc}", steps=_steps_of_failed_run(recorders), **common,
-            )
-            raise
-    result.trace_id = record_answer(settings, result, question=result.question, **common)
-    return result
+    return AuditedRun(pipeline, question, scope, asked_by, settings, filters=filters, models=models,
+                      run_options=run_options, control=control).run()

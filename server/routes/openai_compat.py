@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from docqa.result import PipelineResult
@@ -109,11 +109,13 @@ def _usage(result: PipelineResult) -> dict[str, int]:
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse, summary="OpenAI chat completions",
              responses={200: {"content": SSE_CONTENT}})
-async def chat_completions(body: ChatCompletionRequest, caller: AskingCaller, context: ContextDep) -> Any:
+async def chat_completions(
+    body: ChatCompletionRequest, caller: AskingCaller, context: ContextDep, request: Request
+) -> Any:
     prepared = prepare(context, question_from(body.messages), body.model, {})
     created = int(time.time())
     if not body.stream:
-        result = await answer(context, caller, prepared)
+        result = await answer(context, caller, prepared, disconnected=request.is_disconnected)
         return {
             "id": f"chatcmpl-{result.trace_id or uuid.uuid4().hex}",
             "object": "chat.completion",

@@ -6,7 +6,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from docqa.server.accounts.identity import Caller
 from docqa.server.answering import Prepared, answer, prepare
@@ -28,10 +28,10 @@ _STREAM_DOC = {
 
 
 @router.post("/query", response_model=QueryResponse, responses=_STREAM_DOC, summary="Ask a question")
-async def query(body: QueryRequest, caller: AskingCaller, context: ContextDep) -> Any:
+async def query(body: QueryRequest, caller: AskingCaller, context: ContextDep, request: Request) -> Any:
     prepared = prepare(context, body.question, body.pipeline, dict(body.options))
     if not body.stream:
-        result = await answer(context, caller, prepared)
+        result = await answer(context, caller, prepared, disconnected=request.is_disconnected)
         return query_response(result, prepared.selection)
     # The slot is taken before the response starts so overload is a 503, not an error inside a stream.
     await context.slots.take()

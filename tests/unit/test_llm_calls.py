@@ -249,9 +249,11 @@ class TestEndpointFailures:
         for call in (lambda: generate_text(generator, "Hello"), lambda: generate_yes_no(generator, "Is it?")):
             with pytest.raises(LLMUnavailableError) as info:
                 call()
-            assert f"127.0.0.1:{port}" in info.value.message
-            assert "unreachable" in info.value.message
-            assert "\n" not in info.value.message
+            # Callers (and traces) are told the model is unavailable; only operators see where it was.
+            assert info.value.message == "the language model is unavailable (its endpoint unreachable)"
+            assert f"127.0.0.1:{port}" not in str(info.value)
+            assert f"127.0.0.1:{port}" in info.value.detail
+            assert "\n" not in info.value.detail
 
 
 class TestStripPromptEcho:
