@@ -91,7 +91,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DocqaError)
     async def docqa_error(_request: Request, exc: DocqaError) -> JSONResponse:
         if exc.http_status >= 500:
-            logger.warning("%s: %s", exc.code, exc.message)
+            logger.warning("%s: %s", exc.code, exc.detail or exc.message)
         headers = {"Retry-After": "5"} if exc.http_status == 503 else None
         return _json_error(exc.http_status, exc.code, exc.message, headers)
 
