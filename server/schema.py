@@ -8,6 +8,7 @@ Usage:
 from __future__ import annotations
 
 import importlib
+from importlib import resources
 from pathlib import Path
 
 from alembic import command
@@ -21,7 +22,6 @@ MODEL_MODULES = (
     "docqa.server.accounts.models",
     "docqa.ingestion.models",
 )
-_REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def import_models() -> None:
@@ -29,12 +29,27 @@ def import_models() -> None:
         importlib.import_module(module)
 
 
+def migrations_dir() -> Path:
+    """The Alembic script directory: the top-level migrations/ folder, which installs as `docqa.migrations`.
+
+    Located through the import system, so a wheel finds its installed copy and an editable install the checkout's
+    folder, whatever the working directory.
+    """
+    location = resources.files("docqa.migrations")
+    if not isinstance(location, Path):
+        # Alembic lists and executes the scripts as files; an install that is not unpacked on disk cannot migrate.
+        raise RuntimeError(f"docqa.migrations is not a directory on disk: {location!r}")
+    return location
+
+
 def alembic_config(settings: Settings) -> Config:
     url = settings.resolved_database_url()
     if url.startswith("sqlite:///"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    config = Config(str(_REPO_ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(_REPO_ROOT / "migrations"))
+    # No alembic.ini: an installed docqa has none, and the checkout's (for the `alembic` command) would prepend
+    # the working directory to sys.path.
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
     # ConfigParser interpolation would read '%' in a password as a reference.
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     config.attributes["configure_logging"] = False
