@@ -10,14 +10,13 @@ Usage:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any
 
 from docqa.errors import DocqaError, UnreadableFileError
 from docqa.ingestion.pipeline import ItemResult, Source, topic_assigner_for
-from docqa.ingestion.records import parse_fhir_bundle, write_patient_records
+from docqa.ingestion.records import read_fhir_bundle, write_patient_records
 
 RECORD_BUNDLE_SUFFIX = ".json"
 
@@ -52,13 +51,5 @@ def ingest_record_bundle(
 
 
 def _parse(source: Source, tenant: str, access: Sequence[str]) -> list[Any]:
-    try:
-        bundle = json.loads(source.data or b"")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UnreadableFileError(f"not JSON ({exc})") from exc
-    if not isinstance(bundle, dict) or bundle.get("resourceType") != "Bundle":
-        raise UnreadableFileError("not a FHIR Bundle")
-    documents = parse_fhir_bundle(bundle, tenant=tenant, access=list(access))
-    if not documents:
-        raise UnreadableFileError("the bundle holds no records")
-    return documents
+    # The same checks as the synchronous `POST /v1/records`.
+    return read_fhir_bundle(source.data or b"", name=source.name, tenant=tenant, access=list(access))

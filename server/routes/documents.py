@@ -6,7 +6,6 @@ Access principals name who may read what is uploaded: `everyone`, `user:<id>` or
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Any
 
@@ -14,7 +13,6 @@ from fastapi import APIRouter, File, Form, Query, UploadFile, status
 from pydantic import BaseModel
 
 from docqa.access import EVERYONE
-from docqa.errors import UnreadableFileError
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError, NotFound
 from docqa.server.auth import AdminCaller, ContextDep
 
@@ -128,19 +126,13 @@ def upload_records(
     bundle: Annotated[UploadFile, File(description="A FHIR R4 Bundle (JSON) with one Patient")],
     access: Annotated[list[str], Form(description="Who may read them: everyone, user:<id>, group:<name>")],
 ) -> RecordsWritten:
-    from docqa.ingestion.records import parse_fhir_bundle, write_patient_records
+    from docqa.ingestion.records import read_fhir_bundle, write_patient_records
 
     principals = check_principals(access)
-    try:
-        data = json.loads(bundle.file.read())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UnreadableFileError(f"{bundle.filename}: not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise UnreadableFileError(f"{bundle.filename}: not a FHIR Bundle")
-    documents = parse_fhir_bundle(data, tenant=caller.tenant, access=principals)
-    patient_id = str(documents[0].meta.get("patient_id")) if documents else ""
-    if not patient_id:
-        raise UnreadableFileError(f"{bundle.filename}: the bundle holds no records")
+    # The same checks as queued bundles (`docqa.ingestion.record_bundles`): what fails an item there is a 422 here.
+    documents = read_fhir_bundle(bundle.file.read(), name=bundle.filename or "bundle", tenant=caller.tenant,
+                                 access=principals)
+    patient_id = str(documents[0].meta["patient_id"])
     embedder = context.runtime.document_embedder()
     embedder.warm_up()
     counts = write_patient_records(context.runtime.document_store, documents, tenant=caller.tenant,
