@@ -57,7 +57,7 @@ def get_traces(
     context: ContextDep,
     user: Text = None,
     pipeline: Text = None,
-    status: Literal["completed", "failed"] | None = None,
+    status: Literal["completed", "failed", "timed_out", "cancelled"] | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
     text: Text = None,

@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -72,7 +73,9 @@ def _text(content: Any) -> str:
     return ""
 
 
-def make_handler(mode: str, answer: str, delay_s: float) -> type[BaseHTTPRequestHandler]:
+def make_handler(mode: str, answer: str, delay_s: float, calls_log: str | None = None) -> type[BaseHTTPRequestHandler]:
+    log_lock = threading.Lock()
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -104,6 +107,10 @@ def make_handler(mode: str, answer: str, delay_s: float) -> type[BaseHTTPRequest
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send_json(404, {"error": {"message": "not found"}})
                 return
+            if calls_log:
+                # Arrival time of every completion request, so tests can tell when a server stopped calling.
+                with log_lock, open(calls_log, "a") as log:
+                    log.write(f"{time.time():.6f}\n")
             if delay_s:
                 time.sleep(delay_s)
             text = answer_for(request, mode, answer)
@@ -139,11 +146,15 @@ def make_handler(mode: str, answer: str, delay_s: float) -> type[BaseHTTPRequest
 
 
 @contextmanager
-def scripted_openai_server(mode: str = "echo", answer: str = "Scripted answer.", delay_ms: int = 0) -> Iterator[str]:
-    """Run the server in a child process on a free loopback port; yields its `/v1` base URL."""
+def scripted_openai_server(mode: str = "echo", answer: str = "Scripted answer.", delay_ms: int = 0,
+                           calls_log: str | None = None) -> Iterator[str]:
+    """Run the server in a child process on a free loopback port; yields its `/v1` base URL.
+
+    :param calls_log: a file that gets one line (the arrival time, epoch seconds) per completion request.
+    """
     process = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--port", "0", "--mode", mode, "--answer", answer,
-         "--delay-ms", str(delay_ms)],
+         "--delay-ms", str(delay_ms), *(["--calls-log", calls_log] if calls_log else [])],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -165,8 +176,10 @@ def main() -> None:
     parser.add_argument("--mode", choices=["echo", "fixed"], default="echo")
     parser.add_argument("--answer", default="Scripted answer.")
     parser.add_argument("--delay-ms", type=int, default=0, dest="delay_ms")
+    parser.add_argument("--calls-log", default=None, dest="calls_log")
     args = parser.parse_args()
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(args.mode, args.answer, args.delay_ms / 1000))
+    handler = make_handler(args.mode, args.answer, args.delay_ms / 1000, args.calls_log)
+    server = ThreadingHTTPServer((args.host, args.port), handler)
     server.daemon_threads = True
     print(f"listening on http://{args.host}:{server.server_address[1]}", flush=True)
     server.serve_forever()

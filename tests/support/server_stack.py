@@ -89,11 +89,12 @@ def ingest_corpus(settings: ServerSettings) -> None:
 
 @contextmanager
 def server_stack(workdir: Path, *, workers: int = 2, llm_mode: str = "echo", llm_delay_ms: int = 0,
-                 extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
+                 extra_env: dict[str, str] | None = None, llm_calls_log: Path | None = None) -> Iterator[Stack]:
     data_dir = workdir / "data"
     with ExitStack() as stack:
         database = stack.enter_context(postgres_database()) if postgres_available() else ""
-        llm_url = stack.enter_context(scripted_openai_server(mode=llm_mode, delay_ms=llm_delay_ms))
+        llm_url = stack.enter_context(scripted_openai_server(
+            mode=llm_mode, delay_ms=llm_delay_ms, calls_log=str(llm_calls_log) if llm_calls_log else None))
         env = {
             "DOCQA_DATA_DIR": str(data_dir),
             "DOCQA_LLM_BASE_URL": llm_url,
