@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.scripted_openai_server import llm_calls_since
 from tests.support.server_stack import Stack, server_stack
 
 pytestmark = pytest.mark.integration
@@ -37,12 +38,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory, calls_log: Path) -> Iterator
 def client(stack: Stack) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=stack.base_url, timeout=60) as http:
         yield http
-
-
-def calls_since(log: Path, instant: float) -> int:
-    if not log.exists():
-        return 0
-    return sum(1 for line in log.read_text().split() if float(line) > instant)
 
 
 def traces_of(client: httpx.Client, stack: Stack, question: str) -> list[dict[str, Any]]:
@@ -71,7 +66,7 @@ class TestOptionBounds:
         assert response.status_code == 422, response.text
         error = response.json()["error"]
         assert error["code"] == "invalid_options" and next(iter(options)) in error["message"]
-        assert calls_since(calls_log, before) == 0
+        assert llm_calls_since(calls_log, before) == 0
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +91,7 @@ class TestTimedOutRuns:
         assert trace["status"] == "timed_out" and trace["answer"] is None
         # The call in flight at the timeout may finish; no new call starts afterwards.
         time.sleep(3 * LLM_DELAY_S)
-        assert calls_since(calls_log, answered_at) == 0
+        assert llm_calls_since(calls_log, answered_at) == 0
         assert [t["status"] for t in traces_of(client, stack, question)] == ["timed_out"]
         detail = client.get(f"/v1/traces/{trace['id']}", headers=stack.auth("audrey")).json()
         assert detail["steps"][0]["kind"] == "retrieval"
@@ -123,5 +118,5 @@ class TestTimedOutRuns:
                     break
         left_at = time.time()
         time.sleep(3 * LLM_DELAY_S)
-        assert calls_since(calls_log, left_at + LLM_DELAY_S) == 0
+        assert llm_calls_since(calls_log, left_at + LLM_DELAY_S) == 0
         assert [t["status"] for t in traces_of(client, stack, question)] == ["cancelled"]

@@ -5,7 +5,9 @@ It runs as a real HTTP server process, so the server under test uses exactly the
 - requests with a JSON-schema `response_format` get the smallest object valid for the schema (first enum
   values, so Yes/No judges say "Yes" and loops end);
 - other requests get `--answer` in `fixed` mode, or in `echo` mode the answer followed by the whole prompt,
-  so anything retrieval put into a prompt shows up in the answer (what access-control tests look for).
+  so anything retrieval put into a prompt shows up in the answer (what access-control tests look for);
+- `adversarial` mode answers like a model that never lets a loop end: judges say "No", graders fail, and
+  every plan, rewrite and answer is new text (what cost-bound tests and the abuse benchmark need).
 
     python tests/support/scripted_openai_server.py --port 0 --mode echo   # prints "listening on http://..."
 
@@ -32,35 +34,40 @@ from typing import Any
 MODEL = "scripted"
 
 
-def value_for(schema: dict[str, Any]) -> Any:
-    """The smallest value valid for a (simple) JSON schema."""
+def value_for(schema: dict[str, Any], adversarial: bool = False) -> Any:
+    """The smallest value valid for a (simple) JSON schema; `adversarial`: the last enum value and never the
+    same string twice, so judges say "No", graders fail and every plan or rewrite looks new."""
     if "enum" in schema:
-        return schema["enum"][0]
+        return schema["enum"][-1 if adversarial else 0]
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
         props = schema.get("properties", {})
-        return {name: value_for(props.get(name, {})) for name in schema.get("required", list(props))}
+        return {name: value_for(props.get(name, {}), adversarial) for name in schema.get("required", list(props))}
     if kind == "array":
-        return [value_for(schema.get("items", {})) for _ in range(schema.get("minItems", 0))]
+        return [value_for(schema.get("items", {}), adversarial) for _ in range(schema.get("minItems", 0))]
     if kind in ("integer", "number"):
         return schema.get("minimum", 0)
     if kind == "boolean":
         return False
     if kind == "null":
         return None
-    return "n/a"
+    return f"n/a {uuid.uuid4().hex[:8]}" if adversarial else "n/a"
 
 
 def answer_for(request: dict[str, Any], mode: str, answer: str) -> str:
+    adversarial = mode == "adversarial"
     response_format = request.get("response_format") or {}
     if response_format.get("type") == "json_schema":
-        return json.dumps(value_for(response_format.get("json_schema", {}).get("schema", {})))
+        return json.dumps(value_for(response_format.get("json_schema", {}).get("schema", {}), adversarial))
     if response_format.get("type") == "json_object":
-        return "{}"
+        schema = response_format.get("schema")
+        return json.dumps(value_for(schema, adversarial)) if adversarial and schema else "{}"
     if mode == "fixed":
         return answer
+    if adversarial:
+        return f"{answer} {uuid.uuid4().hex[:8]}"
     prompt = "\n".join(_text(m.get("content")) for m in request.get("messages", []))
     return f"{answer}\n{prompt}"
 
@@ -108,9 +115,10 @@ def make_handler(mode: str, answer: str, delay_s: float, calls_log: str | None =
                 self._send_json(404, {"error": {"message": "not found"}})
                 return
             if calls_log:
-                # Arrival time of every completion request, so tests can tell when a server stopped calling.
+                # Arrival time and prompt of every completion request, so tests can tell when a run stopped calling.
+                prompt = "\n".join(_text(m.get("content")) for m in request.get("messages", []))
                 with log_lock, open(calls_log, "a") as log:
-                    log.write(f"{time.time():.6f}\n")
+                    log.write(json.dumps({"t": time.time(), "prompt": prompt}) + "\n")
             if delay_s:
                 time.sleep(delay_s)
             text = answer_for(request, mode, answer)
@@ -145,12 +153,22 @@ def make_handler(mode: str, answer: str, delay_s: float, calls_log: str | None =
     return Handler
 
 
+def llm_calls_since(calls_log: str | os.PathLike[str], instant: float, containing: str = "") -> int:
+    """Completion requests that arrived after `instant` whose prompt contains `containing`."""
+    if not os.path.exists(calls_log):
+        return 0
+    with open(calls_log) as log:
+        calls = [json.loads(line) for line in log if line.strip()]
+    return sum(1 for call in calls if call["t"] > instant and containing in call["prompt"])
+
+
 @contextmanager
 def scripted_openai_server(mode: str = "echo", answer: str = "Scripted answer.", delay_ms: int = 0,
                            calls_log: str | None = None) -> Iterator[str]:
     """Run the server in a child process on a free loopback port; yields its `/v1` base URL.
 
-    :param calls_log: a file that gets one line (the arrival time, epoch seconds) per completion request.
+    :param calls_log: a file that gets one JSON line per completion request: `t` (arrival, epoch seconds) and
+        `prompt`; `llm_calls_since` reads it.
     """
     process = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--port", "0", "--mode", mode, "--answer", answer,
@@ -173,7 +191,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--mode", choices=["echo", "fixed"], default="echo")
+    parser.add_argument("--mode", choices=["echo", "fixed", "adversarial"], default="echo")
     parser.add_argument("--answer", default="Scripted answer.")
     parser.add_argument("--delay-ms", type=int, default=0, dest="delay_ms")
     parser.add_argument("--calls-log", default=None, dest="calls_log")
