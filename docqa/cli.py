@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import logging
 import sys
@@ -64,18 +63,13 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 def _run_question(settings: Settings, runtime: Any, pipeline_name: str, question: str, scope: AccessScope,
                   asked_by: str, options: dict[str, Any], run_options: dict[str, Any] | None = None) -> Any:
     from docqa.pipelines.base import validate_question
-    from docqa.pipelines.registry import build_pipeline
+    from docqa.pipelines.registry import build_pipeline, check_inputs
     from docqa.run_control import OUTCOME_CANCELLED, RunControl
     from docqa.server.audit.recorder import answer_with_audit
 
     validate_question(question, settings.max_question_chars)
+    run_options = check_inputs(pipeline_name, run_options)
     pipeline = build_pipeline(pipeline_name, runtime, **options)
-    run_options = run_options or {}
-    accepted = inspect.signature(pipeline.run).parameters
-    unsupported = sorted(name for name in run_options if name not in accepted)
-    if unsupported:
-        flags = ", ".join("--" + name.replace("_", "-") for name in unsupported)
-        raise DocqaError(f"pipeline {pipeline_name!r} does not take {flags}")
     control = RunControl.from_settings(settings)
     try:
         return answer_with_audit(pipeline, question, scope, asked_by=asked_by, settings=settings,

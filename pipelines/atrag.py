@@ -31,7 +31,7 @@ from docqa.components.time_scope_resolver import TimeScopeResolver
 from docqa.components.topic_assigner import TopicAssigner
 from docqa.components.topic_filtered_retriever import TopicFilteredRetriever
 from docqa.pipelines.base import citations_from_documents, finish, validate_question
-from docqa.pipelines.options import ATRAGOptions
+from docqa.pipelines.options import ATRAGInputs, ATRAGOptions
 from docqa.pipelines.registry import register
 from docqa.recording import StepRecorder, document_summary
 from docqa.result import PipelineResult
@@ -178,7 +178,7 @@ class ATRAGPipeline:
 
 
 @register("atrag", "AT-RAG: topic-filtered retrieval, chain-of-thought answer, graded with bounded query rewrites; "
-                   "time-scoped questions over patient records.", ATRAGOptions)
+                   "time-scoped questions over patient records.", ATRAGOptions, ATRAGInputs)
 def build_atrag(runtime: Runtime, top_k: int | None = None, max_iterations: int = 3,
                 min_topic_probability: float = 0.5, max_scoped_records: int = 200,
                 max_tokens: int | None = None, max_prompt_documents: int = 20,

@@ -15,6 +15,7 @@ from docqa.recording import StepRecorder, document_summary
 from docqa.result import PipelineResult
 from docqa.runtime import Runtime
 
+
 class NoRetrievalPipeline:
     """The generator answers from its own parameters: the lower bound for every retrieval strategy."""
 

@@ -12,9 +12,10 @@ Usage:
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from docqa.errors import InvalidOptionsError
 from docqa.settings import Settings
@@ -84,6 +85,40 @@ class ATRAGOptions(StrategyOptions):
     max_document_chars: Annotated[int, Field(ge=50)] | None = None
 
 
+class StrategyInputs(BaseModel):
+    """Runtime inputs of a strategy's run (beside its build options); none by default."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    def run_kwargs(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class ATRAGInputs(StrategyInputs):
+    """AT-RAG's time-scoped questions: the instant relative phrases count back from, and the patient."""
+
+    as_of: Annotated[str, Field(min_length=4, max_length=40)] | None = None
+    patient_id: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+
+    @field_validator("as_of")
+    @classmethod
+    def _iso_instant(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                datetime.fromisoformat(value.strip())
+            except ValueError:
+                raise ValueError(f"as_of must be an ISO date or date-time, not {value!r}") from None
+        return value
+
+
+def validate_inputs(name: str, inputs: dict[str, Any] | None, model: type[StrategyInputs]) -> StrategyInputs:
+    """:raises InvalidOptionsError: an input the strategy does not take, or one of the wrong form."""
+    try:
+        return model.model_validate(inputs or {})
+    except ValidationError as exc:
+        raise InvalidOptionsError(f"invalid inputs for pipeline {name!r}: {_one_line(exc)}") from None
+
+
 def validate_options(
     name: str, options: dict[str, Any] | None, settings: Settings, model: type[StrategyOptions]
 ) -> StrategyOptions:
@@ -103,6 +138,6 @@ def _one_line(exc: ValidationError) -> str:
         where = ".".join(str(part) for part in error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            message = "unknown option"
+            message = "not taken by this pipeline"
         problems.append(f"{where}: {message}" if where else message)
     return "; ".join(problems)

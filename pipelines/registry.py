@@ -14,7 +14,7 @@ from typing import Any
 
 from docqa.errors import UnknownPipelineError
 from docqa.pipelines.base import QAPipeline
-from docqa.pipelines.options import StrategyOptions, validate_options
+from docqa.pipelines.options import StrategyInputs, StrategyOptions, validate_inputs, validate_options
 from docqa.runtime import Runtime
 
 Builder = Callable[..., QAPipeline]
@@ -29,19 +29,22 @@ class PipelineSpec:
     description: str
     builder: Builder
     options: type[StrategyOptions]
+    inputs: type[StrategyInputs] = StrategyInputs
 
 
 _REGISTRY: dict[str, PipelineSpec] = {}
 _loaded = False
 
 
-def register(name: str, description: str, options: type[StrategyOptions]) -> Callable[[Builder], Builder]:
-    """Register a builder; `options` is the typed model every caller's options are validated against."""
+def register(name: str, description: str, options: type[StrategyOptions],
+             inputs: type[StrategyInputs] = StrategyInputs) -> Callable[[Builder], Builder]:
+    """Register a builder; `options` (build) and `inputs` (run) are the typed models callers are checked against."""
 
     def decorator(builder: Builder) -> Builder:
         if name in _REGISTRY and _REGISTRY[name].builder is not builder:
             raise ValueError(f"pipeline {name!r} is registered twice")
-        _REGISTRY[name] = PipelineSpec(name=name, description=description, builder=builder, options=options)
+        _REGISTRY[name] = PipelineSpec(name=name, description=description, builder=builder, options=options,
+                                       inputs=inputs)
         return builder
 
     return decorator
@@ -73,6 +76,11 @@ def pipeline_spec(name: str) -> PipelineSpec:
 def check_options(name: str, options: dict[str, Any] | None, runtime: Runtime) -> StrategyOptions:
     """The strategy's typed options; raises `InvalidOptionsError` naming a wrong or out-of-range option."""
     return validate_options(name, options, runtime.settings, pipeline_spec(name).options)
+
+
+def check_inputs(name: str, inputs: dict[str, Any] | None) -> dict[str, Any]:
+    """The strategy's runtime inputs as `run` keyword arguments; raises `InvalidOptionsError` when not taken."""
+    return validate_inputs(name, inputs, pipeline_spec(name).inputs).run_kwargs()
 
 
 def build_pipeline(name: str, runtime: Runtime, **options: Any) -> QAPipeline:

@@ -19,6 +19,7 @@ from typing import Any
 from docqa.access import AccessScope
 from docqa.errors import UnknownPipelineError
 from docqa.pipelines.base import QAPipeline, config_hash, validate_question
+from docqa.pipelines.registry import check_inputs
 from docqa.recording import listen_to_steps
 from docqa.result import PipelineResult, Step
 from docqa.run_control import OUTCOME_CANCELLED, OUTCOME_TIMED_OUT, RunControl, RunStopped
@@ -43,7 +44,8 @@ class Prepared:
     run_options: dict[str, Any] = field(default_factory=dict)
 
 
-def prepare(context: ServerContext, question: str, pipeline: str, options: dict[str, Any]) -> Prepared:
+def prepare(context: ServerContext, question: str, pipeline: str, options: dict[str, Any],
+            run_inputs: dict[str, Any] | None = None) -> Prepared:
     """Validate the question and the pipeline name and resolve `auto`, before any work starts.
 
     :raises InvalidQuestionError: an empty or too long question.
@@ -60,7 +62,7 @@ def prepare(context: ServerContext, question: str, pipeline: str, options: dict[
     else:
         name, selection = pipeline, {"mode": "explicit", "pipeline": pipeline}
     context.pipelines.check(name, options)
-    return Prepared(cleaned, name, options, selection)
+    return Prepared(cleaned, name, options, selection, check_inputs(name, run_inputs))
 
 
 class SelectedPipeline:
@@ -74,8 +76,9 @@ class SelectedPipeline:
     def config(self) -> dict[str, Any]:
         return {**self.inner.config(), "selection": self.selection}
 
-    def run(self, question: str, scope: AccessScope, filters: dict[str, Any] | None = None) -> PipelineResult:
-        result = self.inner.run(question, scope, filters)
+    def run(self, question: str, scope: AccessScope, filters: dict[str, Any] | None = None,
+            **inputs: Any) -> PipelineResult:
+        result = self.inner.run(question, scope, filters, **inputs)
         config = {k: v for k, v in result.config.items() if k != "config_hash"}
         config["selection"] = self.selection
         result.config = {**config, "config_hash": config_hash(config)}

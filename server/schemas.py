@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from docqa.result import PipelineResult
 
 OptionValue = str | int | float | bool
+# Runtime inputs a strategy may take beside its options, as top-level body fields (validated per strategy).
+RUN_INPUTS = ("as_of", "patient_id")
 
 
 class QueryRequest(BaseModel):
@@ -18,6 +20,13 @@ class QueryRequest(BaseModel):
     pipeline: str = Field(default="auto", min_length=1, max_length=64, description="A strategy name or 'auto'.")
     options: dict[str, OptionValue] = Field(default_factory=dict, description="Builder options, e.g. top_k.")
     stream: bool = Field(default=False, description="Answer as server-sent events, one per finished step.")
+    as_of: str | None = Field(default=None, max_length=40,
+                              description="atrag: the ISO instant relative time phrases count back from.")
+    patient_id: str | None = Field(default=None, max_length=200,
+                                   description="atrag: the patient a time-scoped question is about.")
+
+    def run_inputs(self) -> dict[str, Any]:
+        return {name: value for name in RUN_INPUTS if (value := getattr(self, name)) is not None}
 
 
 class CitationOut(BaseModel):

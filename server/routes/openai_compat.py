@@ -23,6 +23,7 @@ from docqa.server.answering import AUTO, Prepared, answer, prepare
 from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT, ApiError
 from docqa.server.auth import AskingCaller, ContextDep
 from docqa.server.context import ServerContext
+from docqa.server.schemas import RUN_INPUTS
 from docqa.server.streaming import STREAM_HEADERS, SlotStreamingResponse, run_events
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=QUERY_ERROR_RESPONSES)
@@ -112,7 +113,10 @@ def _usage(result: PipelineResult) -> dict[str, int]:
 async def chat_completions(
     body: ChatCompletionRequest, caller: AskingCaller, context: ContextDep, request: Request
 ) -> Any:
-    prepared = prepare(context, question_from(body.messages), body.model, {})
+    # Sampling parameters are ignored; a strategy's runtime inputs (as_of, patient_id) ride as extra body fields.
+    extra = body.model_extra or {}
+    inputs = {name: extra[name] for name in RUN_INPUTS if extra.get(name) is not None}
+    prepared = prepare(context, question_from(body.messages), body.model, {}, inputs)
     created = int(time.time())
     if not body.stream:
         result = await answer(context, caller, prepared, disconnected=request.is_disconnected)

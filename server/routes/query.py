@@ -29,7 +29,7 @@ _STREAM_DOC = {
 
 @router.post("/query", response_model=QueryResponse, responses=_STREAM_DOC, summary="Ask a question")
 async def query(body: QueryRequest, caller: AskingCaller, context: ContextDep, request: Request) -> Any:
-    prepared = prepare(context, body.question, body.pipeline, dict(body.options))
+    prepared = prepare(context, body.question, body.pipeline, dict(body.options), body.run_inputs())
     if not body.stream:
         result = await answer(context, caller, prepared, disconnected=request.is_disconnected)
         return query_response(result, prepared.selection)

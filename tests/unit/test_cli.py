@@ -63,7 +63,7 @@ class TestCliErrors:
 
     def test_rejects_run_options_a_pipeline_does_not_take(self, tmp_path):
         proc = run_cli(tmp_path, "ask", "What?", "--pipeline", "no_retrieval", "--as-of", "2019-01-01")
-        assert_one_line_error(proc, "does not take --as-of")
+        assert_one_line_error(proc, "as_of: not taken by this pipeline")
 
 
 FHIR_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "records" / "synthea_fhir_r4"

@@ -1,0 +1,60 @@
+"""A strategy's runtime inputs over HTTP (AT-RAG's `as_of` and `patient_id`), validated by the strategy's own
+typed inputs: top-level fields of `/v1/query`, extra body fields of `/v1/chat/completions`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.support.scripted_chat import ScriptedChatGenerator
+from tests.support.server_app import auth, build_test_app
+
+AS_OF = "2013-12-01T00:00:00Z"
+
+
+@pytest.fixture
+def server(tmp_path) -> tuple[TestClient, dict[str, str]]:
+    app, keys = build_test_app(tmp_path, ScriptedChatGenerator(default="Nothing recorded."))
+    with TestClient(app) as client:
+        yield client, keys
+
+
+def time_scope_inputs(body: dict[str, Any]) -> dict[str, Any]:
+    [step] = [s for s in body["steps"] if s["kind"] == "time_scope"]
+    return step["inputs"]
+
+
+def test_atrag_receives_as_of_and_patient_through_query(server):
+    client, keys = server
+    response = client.post("/v1/query", headers=auth(keys["alice"]), json={
+        "question": "Which lab results were abnormal in the last year?", "pipeline": "atrag",
+        "as_of": AS_OF, "patient_id": "patient-7"})
+    assert response.status_code == 200, response.text
+    assert time_scope_inputs(response.json()) == {
+        "question": "Which lab results were abnormal in the last year?", "as_of": AS_OF, "patient_id": "patient-7"}
+
+
+def test_atrag_receives_as_of_through_chat_completions(server):
+    client, keys = server
+    response = client.post("/v1/chat/completions", headers=auth(keys["alice"]), json={
+        "model": "atrag", "messages": [{"role": "user", "content": "Medications since 2012?"}],
+        "as_of": AS_OF, "patient_id": "patient-7", "temperature": 0.2})
+    assert response.status_code == 200, response.text
+    assert response.json()["docqa"]["trace_id"]
+
+
+@pytest.mark.parametrize(("pipeline", "fields", "fragment"), [
+    ("standard", {"as_of": AS_OF}, "as_of: not taken by this pipeline"),
+    ("no_retrieval", {"patient_id": "p"}, "patient_id: not taken by this pipeline"),
+    ("atrag", {"as_of": "last tuesday"}, "as_of must be an ISO date"),
+    ("atrag", {"patient_id": ""}, "patient_id"),
+])
+def test_inputs_a_strategy_does_not_take_or_cannot_read_are_422(server, pipeline, fields, fragment):
+    client, keys = server
+    response = client.post("/v1/query", headers=auth(keys["alice"]),
+                           json={"question": "Labs?", "pipeline": pipeline, **fields})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "invalid_options"
+    assert fragment in response.json()["error"]["message"]
