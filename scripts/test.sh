@@ -11,7 +11,15 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
-# llama-cpp-python is compiled from source on first install (several minutes on 2 cores); pip caches the wheel.
+# llama-cpp-python is compiled from source on first install (several minutes on 2 cores). A native build
+# (-march=native: AVX-512/AMX kernels) segfaults on the first completion on some CPUs, and pip's wheel cache
+# may hold such a build, so the venv gets a portable AVX2 build, compiled once per venv without the cache.
+if [ ! -f .venv/.llama-cpp-portable ]; then
+  llama_pin=$(grep -o 'llama-cpp-python\[server\]==[0-9.]*' pyproject.toml)
+  CMAKE_ARGS="${DOCQA_LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}" \
+    python -m pip install --quiet --no-cache-dir --force-reinstall --no-deps "$llama_pin"
+  touch .venv/.llama-cpp-portable
+fi
 python -m pip install --quiet -e ".[local-llm,test]"
 
 # The web UI tests drive Debian's chromium through playwright (never `playwright install`: no downloads).
