@@ -114,6 +114,7 @@ async def answer_in_slot(
     ))
 
     def work() -> PipelineResult:
+        control.check()  # stopped while queued for a thread: build nothing
         pipeline = SelectedPipeline(context.pipelines.get(prepared.pipeline, prepared.options), prepared.selection)
         run = AuditedRun(pipeline, prepared.question, caller.scope(), caller.user_id, settings,
                          control=control, run_options=prepared.run_options)
