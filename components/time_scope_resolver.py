@@ -23,10 +23,28 @@ _RELATIVE = re.compile(
     r"(day|week|month|year)s?\b",
     re.IGNORECASE,
 )
-_SINCE = re.compile(r"\bsince\s+(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?\b", re.IGNORECASE)
-_IN_YEAR = re.compile(r"\b(?:in|during)\s+(\d{4})\b", re.IGNORECASE)
+_MONTHS = {name: number for number, names in enumerate((
+    ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
+    ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"), ("november", "nov"),
+    ("december", "dec")), start=1) for name in names}
+_MONTH = r"(?:" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+# One calendar date in the forms people write: 2015-03-04, 2015-03, March 4, 2015, 4 March 2015, March 2015, 2015.
+_DATE = (r"(\d{4}-\d{1,2}-\d{1,2}|\d{4}-\d{1,2}|\d{4}/\d{1,2}/\d{1,2}|"
+         + _MONTH + r"\s+\d{1,2}(?:st|nd|rd|th)?,?\s+\d{4}|"
+         r"\d{1,2}(?:st|nd|rd|th)?\s+" + _MONTH + r",?\s+\d{4}|" + _MONTH + r",?\s+\d{4}|\d{4})(?![\d-])")
+_AS_OF = re.compile(r"\b(?:as\s+of|as\s+at)\s+" + _DATE, re.IGNORECASE)
+_BETWEEN = re.compile(r"\b(?:between|from)\s+" + _DATE + r"\s+(?:and|to|until|till|through|-)\s+" + _DATE,
+                      re.IGNORECASE)
+_SINCE = re.compile(r"\b(?:since|after|from)\s+" + _DATE, re.IGNORECASE)
+_BEFORE = re.compile(r"\b(?:before|prior\s+to|until|up\s+to)\s+" + _DATE, re.IGNORECASE)
+_ON_DATE = re.compile(r"\b(?:in|during|on|for)\s+" + _DATE, re.IGNORECASE)
 _LAST_VISIT = re.compile(
-    r"\b(?:last|latest|most\s+recent|previous)\s+(?:doctor(?:'s)?\s+|clinic\s+|hospital\s+)?"
+    r"\b(?:last|latest|most\s+recent|previous|recent)\s+(?:doctor(?:'s)?\s+|clinic\s+|hospital\s+)?"
+    r"(?:visit|encounter|appointment|admission)\b",
+    re.IGNORECASE,
+)
+_FIRST_VISIT = re.compile(
+    r"\b(?:first|earliest|initial)\s+(?:doctor(?:'s)?\s+|clinic\s+|hospital\s+)?"
     r"(?:visit|encounter|appointment|admission)\b",
     re.IGNORECASE,
 )
@@ -39,7 +57,7 @@ _ABNORMAL = re.compile(r"\b(abnormal|out[- ]of[- ]range)\b", re.IGNORECASE)
 class TimeScope:
     """What was understood: the window kind and bounds (UTC, inclusive), the patient, and the matched phrase."""
 
-    kind: str  # "none", "relative", "since", "year", "last_visit"
+    kind: str  # "none", "relative", "since", "before", "between", "date", "year", "as_of", "last_visit", "first_visit"
     phrase: str | None = None
     start_utc: str | None = None
     end_utc: str | None = None
@@ -103,14 +121,21 @@ class TimeScopeResolver:
         """
         reference = parse_as_of(as_of)
         patient = patient_id or _patient_in(question)
+        written_as_of = _AS_OF.search(question)
+        span = parse_date_span(written_as_of.group(1)) if written_as_of else None
+        if span is not None:
+            # "as of 2015-03-01" in the question moves the reference instant to the end of that date.
+            reference = span[1]
         scope = TimeScope(kind="none", patient_id=patient, as_of=reference.strftime(UTC_FORMAT),
                           abnormal_only=bool(_ABNORMAL.search(question)))
         _resolve_window(question, reference, scope)
-        if scope.kind == "last_visit":
-            self._resolve_last_visit(scope, filters)
+        if scope.kind == "none" and written_as_of is not None and span is not None:
+            scope.kind, scope.phrase, scope.end_utc = "as_of", written_as_of.group(0), scope.as_of
+        if scope.kind in ("last_visit", "first_visit"):
+            self._resolve_visit(scope, filters)
         return {"filters": scope_filters(scope), "scope": scope}
 
-    def _resolve_last_visit(self, scope: TimeScope, filters: dict[str, Any] | None) -> None:
+    def _resolve_visit(self, scope: TimeScope, filters: dict[str, Any] | None) -> None:
         if self.document_store is None or scope.patient_id is None:
             scope.kind = "none"
             return
@@ -125,7 +150,8 @@ class TimeScopeResolver:
         if not encounters:
             scope.kind = "none"
             return
-        last = max(encounters, key=lambda d: str(d.meta.get("effective_start_utc") or ""))
+        pick = max if scope.kind == "last_visit" else min
+        last = pick(encounters, key=lambda d: str(d.meta.get("effective_start_utc") or ""))
         scope.encounter_id = last.meta.get("encounter_id") or last.id
         scope.start_utc = last.meta.get("effective_start_utc")
         scope.end_utc = last.meta.get("effective_end_utc") or scope.start_utc
@@ -144,11 +170,58 @@ def _patient_in(question: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
+def parse_date_span(text: str) -> tuple[datetime, datetime] | None:
+    """The first and last second (UTC) of a written date: a day, a month or a year; None when unreadable."""
+    text = text.strip().lower().replace(",", " ").replace(".", " ")
+    text = re.sub(r"(\d)(st|nd|rd|th)\b", r"\1", text)
+    parts = text.replace("/", "-").split()
+    try:
+        if len(parts) == 1 and "-" in parts[0]:
+            numbers = [int(p) for p in parts[0].split("-")]
+            if len(numbers) == 3:
+                start = datetime(numbers[0], numbers[1], numbers[2], tzinfo=UTC)
+                return start, start + relativedelta(days=1, seconds=-1)
+            start = datetime(numbers[0], numbers[1], 1, tzinfo=UTC)
+            return start, start + relativedelta(months=1, seconds=-1)
+        if len(parts) == 1:
+            start = datetime(int(parts[0]), 1, 1, tzinfo=UTC)
+            return start, start + relativedelta(years=1, seconds=-1)
+        words = [p for p in parts if p in _MONTHS]
+        numbers = [int(p) for p in parts if p.isdigit()]
+        if len(words) != 1:
+            return None
+        month = _MONTHS[words[0]]
+        if len(numbers) == 1:
+            start = datetime(numbers[0], month, 1, tzinfo=UTC)
+            return start, start + relativedelta(months=1, seconds=-1)
+        if len(numbers) == 2:
+            day, year = (numbers[0], numbers[1]) if numbers[1] > 31 else (numbers[1], numbers[0])
+            start = datetime(year, month, day, tzinfo=UTC)
+            return start, start + relativedelta(days=1, seconds=-1)
+    except ValueError:
+        return None
+    return None
+
+
+def _blank(question: str, match: re.Match[str]) -> str:
+    return question[: match.start()] + " " * (match.end() - match.start()) + question[match.end():]
+
+
 def _resolve_window(question: str, reference: datetime, scope: TimeScope) -> None:
     end = reference.strftime(UTC_FORMAT)
-    if match := _LAST_VISIT.search(question):
-        scope.kind, scope.phrase = "last_visit", match.group(0)
-        return
+    if match := _AS_OF.search(question):
+        question = _blank(question, match)
+    for pattern, kind in ((_LAST_VISIT, "last_visit"), (_FIRST_VISIT, "first_visit")):
+        if match := pattern.search(question):
+            scope.kind, scope.phrase = kind, match.group(0)
+            return
+    if match := _BETWEEN.search(question):
+        first, second = parse_date_span(match.group(1)), parse_date_span(match.group(2))
+        if first is not None and second is not None and first[0] <= second[1]:
+            scope.kind, scope.phrase = "between", match.group(0)
+            scope.start_utc = first[0].strftime(UTC_FORMAT)
+            scope.end_utc = min(second[1], reference).strftime(UTC_FORMAT)
+            return
     if match := _RELATIVE.search(question):
         amount_text, unit = match.group(1), match.group(2).lower()
         amount = _NUMBERS.get(amount_text.lower(), 0) if amount_text and not amount_text.isdigit() else (
@@ -158,21 +231,30 @@ def _resolve_window(question: str, reference: datetime, scope: TimeScope) -> Non
             scope.kind, scope.phrase = "relative", match.group(0).strip()
             scope.start_utc, scope.end_utc = start.strftime(UTC_FORMAT), end
             return
-    if match := _SINCE.search(question):
-        year, month, day = int(match.group(1)), int(match.group(2) or 1), int(match.group(3) or 1)
-        try:
-            start = datetime(year, month, day, tzinfo=UTC)
-        except ValueError:
+    for match in _SINCE.finditer(question):
+        span = parse_date_span(match.group(1))
+        if span is not None and span[0] <= reference:
+            # "since 2012" includes 2012; "after 2012" starts when 2012 is over.
+            start = span[1] + relativedelta(seconds=1) if match.group(0).lower().startswith("after") else span[0]
+            scope.kind, scope.phrase = "since", match.group(0)
+            scope.start_utc, scope.end_utc = start.strftime(UTC_FORMAT), end
             return
-        scope.kind, scope.phrase = "since", match.group(0)
-        scope.start_utc, scope.end_utc = start.strftime(UTC_FORMAT), end
-        return
-    if match := _IN_YEAR.search(question):
-        year = int(match.group(1))
-        if 1900 <= year <= reference.year:
-            scope.kind, scope.phrase = "year", match.group(0)
-            scope.start_utc = f"{year}-01-01T00:00:00Z"
-            scope.end_utc = min(f"{year}-12-31T23:59:59Z", end)
+    for match in _BEFORE.finditer(question):
+        span = parse_date_span(match.group(1))
+        if span is not None:
+            until = match.group(0).lower().startswith(("until", "up"))
+            last = span[1] if until else span[0] - relativedelta(seconds=1)
+            scope.kind, scope.phrase = "before", match.group(0)
+            scope.end_utc = min(last, reference).strftime(UTC_FORMAT)
+            return
+    for match in _ON_DATE.finditer(question):
+        span = parse_date_span(match.group(1))
+        if span is not None and span[0] <= reference and span[0].year >= 1900:
+            is_year = re.fullmatch(r"\d{4}", match.group(1).strip()) is not None
+            scope.kind, scope.phrase = ("year" if is_year else "date"), match.group(0)
+            scope.start_utc = span[0].strftime(UTC_FORMAT)
+            scope.end_utc = min(span[1], reference).strftime(UTC_FORMAT)
+            return
 
 
 def scope_filters(scope: TimeScope) -> dict[str, Any] | None:
@@ -180,11 +262,13 @@ def scope_filters(scope: TimeScope) -> dict[str, Any] | None:
     conditions: list[dict[str, Any]] = []
     if scope.patient_id:
         conditions.append({"field": "meta.patient_id", "operator": "==", "value": scope.patient_id})
-    if scope.kind == "last_visit" and scope.encounter_id:
+    if scope.kind in ("last_visit", "first_visit") and scope.encounter_id:
         conditions.append({"field": "meta.encounter_id", "operator": "==", "value": scope.encounter_id})
-    elif scope.start_utc and scope.end_utc:
-        conditions.append({"field": DATE_FIELD, "operator": ">=", "value": scope.start_utc})
-        conditions.append({"field": DATE_FIELD, "operator": "<=", "value": scope.end_utc})
+    elif scope.kind != "none":
+        if scope.start_utc:
+            conditions.append({"field": DATE_FIELD, "operator": ">=", "value": scope.start_utc})
+        if scope.end_utc:
+            conditions.append({"field": DATE_FIELD, "operator": "<=", "value": scope.end_utc})
     if conditions and scope.abnormal_only:
         conditions.append({"field": "meta.abnormal", "operator": "==", "value": True})
     if not conditions:

@@ -65,9 +65,14 @@ class Citation:
     source: str | None = None
     score: float | None = None
     snippet: str = ""
+    # For a record in an answer's record table: its row (date, type, name, code, value, unit, range, flag ...).
+    record: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["record"] is None:
+            del data["record"]
+        return data
 
 
 @dataclass

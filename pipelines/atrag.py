@@ -5,6 +5,10 @@ grade (hallucination, then usefulness) -> on failure rewrite the query and go ag
 `max_iterations` times; the last answer is returned when none passes. Questions about patient records with a
 time phrase ("in the last two years", "since 2015", "last visit") are resolved against an explicit `as_of`
 instant into patient and date-range filters, and then every record in the window is retrieved, not a top-k.
+When the question also names what it asks for (record types, a code or name, "abnormal", "active ... as of"),
+`RecordQueryResolver` turns that into exact metadata filters: the records retrieved are exactly the matching ones
+(no topic narrowing, no ranking), and the result carries a record table computed from them (the last step's
+`table`, and one citation per record with its table row), which the model's answer summarises.
 
 Usage:
     pipeline = build_pipeline("atrag", runtime, max_iterations=3)
@@ -21,25 +25,33 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from haystack import Document
+
 from docqa.access import AccessScope, restrict
 from docqa.components.answer_grader import AnswerGrader
 from docqa.components.cot_answer_generator import CoTAnswerGenerator
 from docqa.components.prompt_templates import load_prompt, prompt_fingerprint
 from docqa.components.query_rewriter import QueryRewriter
+from docqa.components.record_query_resolver import RecordQueryResolver
+from docqa.components.record_table_builder import RecordTableBuilder
 from docqa.components.record_window_retriever import RecordWindowRetriever
-from docqa.components.time_scope_resolver import TimeScopeResolver
+from docqa.components.time_scope_resolver import TimeScopeResolver, scope_filters
 from docqa.components.topic_assigner import TopicAssigner
 from docqa.components.topic_filtered_retriever import TopicFilteredRetriever
 from docqa.pipelines.base import citations_from_documents, finish, validate_question
 from docqa.pipelines.options import ATRAGInputs, ATRAGOptions
 from docqa.pipelines.registry import register
 from docqa.recording import StepRecorder, document_summary
-from docqa.result import PipelineResult
+from docqa.result import Citation, PipelineResult
 from docqa.runtime import Runtime
 
 STOP_ACCEPTED = "answer_accepted"
 STOP_MAX_ITERATIONS = "max_iterations"
 STOP_NO_NEW_QUERY = "no_new_query"
+MODE_EXACT_RECORDS = "exact_record_query"
+RECORD_SUMMARY_ID = "record-table-summary"
+_UNUSABLE_ANSWER = re.compile(r"^\W*(?:i\s+(?:do\s+not|don't|cannot|can't)\s+(?:know|tell|say|answer)|unknown|n/?a|"
+                              r"none|no\s+answer|not\s+sure)\W*$", re.IGNORECASE)
 
 
 def topic_model_dir(data_dir: Path, tenant: str) -> Path:
@@ -76,6 +88,8 @@ class ATRAGPipeline:
         max_scoped_records: int,
         max_question_chars: int,
         models: dict[str, str | None] | None = None,
+        record_resolver: RecordQueryResolver | None = None,
+        table_builder: RecordTableBuilder | None = None,
     ) -> None:
         if max_iterations < 1:
             raise ValueError("max_iterations must be at least 1")
@@ -92,6 +106,11 @@ class ATRAGPipeline:
         self.max_scoped_records = max_scoped_records
         self.max_question_chars = max_question_chars
         self.models = models or {}
+        if record_resolver is None:
+            record_resolver = RecordQueryResolver(time_resolver.document_store)
+            record_resolver.time_resolver = time_resolver
+        self.record_resolver = record_resolver
+        self.table_builder = table_builder or RecordTableBuilder()
         self._retrievers: dict[tuple[str, bool], TopicFilteredRetriever] = {}
         self._lock = threading.Lock()
 
@@ -126,34 +145,58 @@ class ATRAGPipeline:
             return self._retrievers[key]
 
     def run(self, question: str, scope: AccessScope, filters: dict[str, Any] | None = None, *,
-            as_of: str | None = None, patient_id: str | None = None) -> PipelineResult:
-        """Answer `question` for `scope`; `as_of` (ISO, default now) anchors relative time phrases."""
+            as_of: str | None = None, patient_id: str | None = None, record_offset: int = 0) -> PipelineResult:
+        """Answer `question` for `scope`; `as_of` (ISO, default now) anchors relative time phrases.
+
+        `record_offset` pages through an exact record set larger than `max_scoped_records` (newest first).
+        """
         question = validate_question(question, self.max_question_chars)
+        if record_offset < 0:
+            raise ValueError("record_offset must not be negative")
         recorder = StepRecorder()
-        with recorder.step("time_scope", "time_scope_resolver",
+        with recorder.step("time_scope", "record_query_resolver",
                            inputs={"question": question, "as_of": as_of, "patient_id": patient_id}) as step:
-            resolved = self.time_resolver.run(question=question, as_of=as_of, patient_id=patient_id,
-                                              filters=restrict(scope, filters))
-            time_scope = resolved["scope"]
-            step.outputs.update(scope=time_scope.to_dict(), filters=resolved["filters"])
-        scoped = time_scope.kind != "none"
-        effective = restrict(scope, _and(filters, resolved["filters"]))
+            resolved = self.record_resolver.run(question=question, as_of=as_of, patient_id=patient_id,
+                                                filters=restrict(scope, filters))
+            time_scope, record_query = resolved["scope"], resolved["query"]
+            # Exact when the question names what it asks for and whose or when: then metadata alone decides.
+            exact = record_query.exact and (time_scope.patient_id is not None or time_scope.kind != "none")
+            step.outputs.update(scope=time_scope.to_dict(), record_query=record_query.to_dict(),
+                                filters=resolved["filters"], exact=exact)
+        scoped = exact or time_scope.kind != "none"
+        # Unscoped questions keep ranked retrieval, narrowed only to the patient when one is known.
+        query_filters = resolved["filters"] if scoped else scope_filters(time_scope)
+        effective = restrict(scope, _and(filters, query_filters))
         retriever = self._topic_retriever(scope.tenant, scoped)
         top_k = self.max_scoped_records if scoped else self.top_k
         queries = [question]
-        answer, cited, stop_reason = "", [], STOP_MAX_ITERATIONS
+        answer, cited, stop_reason, table = "", [], STOP_MAX_ITERATIONS, None
         for iteration in range(1, self.max_iterations + 1):
             query = queries[-1]
-            with recorder.step("retrieval", "topic_filtered_retriever", inputs={
-                "query": query, "iteration": iteration, "filters": effective, "top_k": top_k,
-                "record_window": scoped,
-            }) as step:
-                retrieved = retriever.run(query=query, filters=effective, top_k=top_k)
-                documents = retrieved["documents"]
-                step.outputs.update(topic=retrieved["topic"], documents=[document_summary(d) for d in documents])
+            with recorder.step("retrieval", "record_window_retriever" if exact else "topic_filtered_retriever",
+                               inputs={"query": query, "iteration": iteration, "filters": effective, "top_k": top_k,
+                                       "record_window": scoped, "exact": exact, "record_offset": record_offset,
+                                       }) as step:
+                if exact:
+                    # The filters select exactly the records asked for: a topic filter could only drop some.
+                    page = self.record_retriever.run(query=query, filters=effective, top_k=top_k,
+                                                     offset=record_offset)
+                    documents = page["documents"]
+                    topic = {"mode": MODE_EXACT_RECORDS, "total": page["total"], "truncated": page["truncated"]}
+                    if table is None:
+                        table = self.table_builder.run(
+                            documents=documents, total=page["total"], offset=page["offset"],
+                            summary=page["summary"],
+                            query={"record_query": record_query.to_dict(), "scope": time_scope.to_dict()},
+                        )["table"]
+                else:
+                    retrieved = retriever.run(query=query, filters=effective, top_k=top_k)
+                    documents, topic = retrieved["documents"], retrieved["topic"]
+                step.outputs.update(topic=topic, documents=[document_summary(d) for d in documents])
+            prompt_documents = _with_table_summary(documents, table) if table is not None else documents
             with recorder.step("reasoning", "cot_answer_generator",
                                inputs={"question": question, "iteration": iteration}) as step:
-                generated = self.generator.run(question=question, documents=documents)
+                generated = self.generator.run(question=question, documents=prompt_documents)
                 answer, cited = generated["answer"], generated["cited_documents"]
                 step.outputs.update(reasoning=generated["reasoning"], answer=answer,
                                     prompt_document_ids=[d.id for d in generated["prompt_documents"]],
@@ -174,7 +217,38 @@ class ATRAGPipeline:
                 stop_reason = STOP_NO_NEW_QUERY
                 break
             queries.append(rewritten["query"])
-        return finish(self, question, answer, citations_from_documents(cited), recorder, stop_reason=stop_reason)
+        if table is None:
+            return finish(self, question, answer, citations_from_documents(cited), recorder, stop_reason=stop_reason)
+        with recorder.step("record_table", "record_table_builder",
+                           inputs={"total": table["total"], "offset": table["offset"]}) as step:
+            model_answer = answer
+            if not _usable(answer):
+                answer = table["description"]
+            step.outputs.update(table=table, answer_source="model" if answer == model_answer else "record_table")
+        return finish(self, question, answer, record_citations(table), recorder, stop_reason=stop_reason)
+
+
+def _usable(answer: str) -> bool:
+    return bool(answer and answer.strip()) and not _UNUSABLE_ANSWER.match(answer.strip())
+
+
+def _with_table_summary(documents: list[Document], table: dict[str, Any]) -> list[Document]:
+    """The records, oldest first, after one document stating the table's totals (so a model sees the whole set)."""
+    ordered = sorted(documents, key=lambda d: (str(d.meta.get("effective_start_utc") or ""), d.id))
+    return [Document(id=RECORD_SUMMARY_ID, content="Record table: " + table["description"],
+                     meta={"source": "record table"}), *ordered]
+
+
+def record_citations(table: dict[str, Any], snippet_chars: int = 200) -> list[Citation]:
+    """One citation per record of the table, in table order, each carrying its row."""
+    citations = []
+    for row in table["rows"]:
+        value = f"{row['value']} {row.get('unit') or ''}".strip() if row.get("value") is not None else ""
+        snippet = "; ".join(str(part) for part in (
+            str(row.get("date") or "")[:10], row.get("type"), row.get("name"), value, row.get("flag")) if part)
+        citations.append(Citation(document_id=row["record_id"], source=row.get("source"),
+                                  snippet=snippet[:snippet_chars], record=row))
+    return citations
 
 
 @register("atrag", "AT-RAG: topic-filtered retrieval, chain-of-thought answer, graded with bounded query rewrites; "

@@ -21,6 +21,8 @@ from docqa.errors import InvalidOptionsError
 from docqa.settings import Settings
 
 PositiveInt = Annotated[int, Field(ge=1)]
+# Paging through an exact record set costs nothing beyond the page itself; the bound only refuses nonsense.
+MAX_RECORD_OFFSET = 10_000_000
 
 
 class StrategyOptions(BaseModel):
@@ -95,10 +97,12 @@ class StrategyInputs(BaseModel):
 
 
 class ATRAGInputs(StrategyInputs):
-    """AT-RAG's time-scoped questions: the instant relative phrases count back from, and the patient."""
+    """AT-RAG's time-scoped questions: the instant relative phrases count back from, the patient, and the page
+    of an exact record set larger than `max_scoped_records` (records skipped, newest first)."""
 
     as_of: Annotated[str, Field(min_length=4, max_length=40)] | None = None
     patient_id: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    record_offset: Annotated[int, Field(ge=0, le=MAX_RECORD_OFFSET)] | None = None
 
     @field_validator("as_of")
     @classmethod

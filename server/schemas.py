@@ -10,7 +10,7 @@ from docqa.result import PipelineResult
 
 OptionValue = str | int | float | bool
 # Runtime inputs a strategy may take beside its options, as top-level body fields (validated per strategy).
-RUN_INPUTS = ("as_of", "patient_id")
+RUN_INPUTS = ("as_of", "patient_id", "record_offset")
 
 
 class QueryRequest(BaseModel):
@@ -24,6 +24,8 @@ class QueryRequest(BaseModel):
                               description="atrag: the ISO instant relative time phrases count back from.")
     patient_id: str | None = Field(default=None, max_length=200,
                                    description="atrag: the patient a time-scoped question is about.")
+    record_offset: int | None = Field(default=None, ge=0, description=(
+        "atrag: records to skip (newest first) when an exact record set is larger than max_scoped_records."))
 
     def run_inputs(self) -> dict[str, Any]:
         return {name: value for name in RUN_INPUTS if (value := getattr(self, name)) is not None}
@@ -34,6 +36,7 @@ class CitationOut(BaseModel):
     source: str | None = None
     score: float | None = None
     snippet: str = ""
+    record: dict[str, Any] | None = Field(default=None, description="atrag: the record's row of the record table.")
 
 
 class QueryResponse(BaseModel):
