@@ -162,8 +162,16 @@ def job_status(settings: Settings, job_id: str) -> dict[str, Any]:
         }
 
 
-def delete_document(runtime: Any, tenant: str, source_id: str) -> int:
-    """Remove every chunk of one document of a tenant from the store; returns how many were deleted."""
+def delete_document(
+    runtime: Any, tenant: str, source_id: str, *, actor: str = "system", request_id: str | None = None
+) -> int:
+    """Remove every chunk of one document of a tenant from the store; returns how many were deleted.
+
+    The deletion is audited (`document.deleted`, with the access list it had): the event is staged first and
+    commits only when the store deleted the chunks.
+    """
+    from docqa.server.audit.events import DOCUMENT_DELETED, event_around
+
     filters = {
         "operator": "AND",
         "conditions": [
@@ -171,9 +179,14 @@ def delete_document(runtime: Any, tenant: str, source_id: str) -> int:
             {"field": "meta.source_id", "operator": "==", "value": source_id},
         ],
     }
-    ids = [doc.id for doc in runtime.document_store.filter_documents(filters=filters)]
+    found = runtime.document_store.filter_documents(filters=filters)
+    ids = [doc.id for doc in found]
     if ids:
-        runtime.document_store.delete_documents(ids)
+        access = sorted({p for doc in found for p in (doc.meta or {}).get("access") or []})
+        with event_around(runtime.settings, tenant=tenant, actor=actor, action=DOCUMENT_DELETED,
+                          target=f"document:{source_id}", request_id=request_id,
+                          before={"access": access, "chunks": len(ids), "chunk_ids": sorted(ids)}, after=None):
+            runtime.document_store.delete_documents(ids)
     return len(ids)
 
 

@@ -76,6 +76,8 @@ class ItemResult:
     chunks: int = 0
     reason: str | None = None
     code: str | None = None
+    # The written chunk ids, for the audit event of the write (not part of reports).
+    chunk_ids: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass
@@ -119,7 +121,7 @@ class IngestReport:
             "chunks_written": self.chunks_written,
             "seconds_total": round(self.seconds_total, 3),
             "seconds_embedding": round(self.seconds_embedding, 3),
-            "items": [asdict(item) for item in self.items],
+            "items": [{k: v for k, v in asdict(item).items() if k != "chunk_ids"} for item in self.items],
         }
 
 
@@ -341,7 +343,8 @@ def _write(store: Any, source: Source, chunks: list[Document], stale: list[str])
             store.delete_documents(stale)
     except Exception as exc:  # a store error fails this item; the next one may still succeed
         return _failure(source, exc, code="write_failed", prefix="write failed: ")
-    return ItemResult(source.source_id, source.label, "written", chunks=len(chunks))
+    return ItemResult(source.source_id, source.label, "written", chunks=len(chunks),
+                      chunk_ids=tuple(chunk.id for chunk in chunks))
 
 
 def _failure(source: Source, exc: Exception, code: str = "invalid_document", prefix: str = "") -> ItemResult:

@@ -37,6 +37,8 @@ from docqa.ingestion.models import (
 )
 from docqa.ingestion.pipeline import ItemResult, Source, ingest_documents
 from docqa.ingestion.record_bundles import ingest_record_bundle, is_record_bundle
+from docqa.server.audit.events import DOCUMENT_INGESTED, RECORDS_INGESTED, append_event
+from docqa.server.audit.recorder import audit_session
 from docqa.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ def _process_group(
             return
         job = session.get(IngestJob, claimed[0].job_id)
         assert job is not None  # the foreign key guarantees it
-        tenant, access, job_id = job.tenant, list(job.access), job.id
+        tenant, access, job_id, submitted_by = job.tenant, list(job.access), job.id, job.submitted_by
         payloads = dict(
             session.execute(
                 select(IngestPayload.item_id, IngestPayload.data).where(
@@ -114,7 +116,8 @@ def _process_group(
             embedder.warm_up()
         results += [ingest_record_bundle(runtime, s, tenant, access, embedder=embedder) for s in bundles]
     by_source = {result.source_id: result for result in results}
-    with sessions.begin() as session:
+    # The items' outcomes and the audit events of what was written commit in one transaction.
+    with audit_session(settings) as session:
         items = _lock_items(session, [item_id for item_id, *_ in work])
         for item in items:
             result = by_source[item.source_id]
@@ -123,6 +126,14 @@ def _process_group(
                 result = _own_earlier_write(runtime, tenant, job_id, result)
             if item.status == ITEM_RUNNING:  # another delivery may have finished it meanwhile
                 item.move_to(result.status, chunks=result.chunks, reason=result.reason, code=result.code)
+                if result.status == ITEM_WRITTEN:
+                    append_event(
+                        session, settings, tenant=tenant, actor=submitted_by or "system",
+                        action=RECORDS_INGESTED if is_record_bundle(item.name) else DOCUMENT_INGESTED,
+                        target=f"document:{item.source_id}", request_id=job_id,
+                        after={"access": sorted(access), "chunks": result.chunks, "job": job_id,
+                               "chunk_ids": list(result.chunk_ids)},
+                    )
             if on_item is not None:
                 on_item(result)
         _finish_items(session, items)

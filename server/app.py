@@ -26,7 +26,7 @@ from docqa.server.audit.scrub import scrub_log_records
 from docqa.server.config import server_settings
 from docqa.server.context import ServerContext
 from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, build_rate_limiter
-from docqa.server.routes import accounts, documents, health, me, openai_compat, query, traces, ui
+from docqa.server.routes import accounts, audit_events, documents, health, me, openai_compat, query, traces, ui
 from docqa.server.url_guard import RejectNulMiddleware
 from docqa.settings import Settings
 
@@ -71,7 +71,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     )
     app.add_middleware(RejectNulMiddleware)
     _add_error_handlers(app)
-    for module in (health, query, openai_compat, accounts, me, documents, traces, ui):
+    for module in (health, query, openai_compat, accounts, me, documents, traces, audit_events, ui):
         app.include_router(module.router)
     return app
 

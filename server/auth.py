@@ -7,6 +7,9 @@ Usage in a route:
 
 from __future__ import annotations
 
+import logging
+import re
+import uuid
 from collections.abc import Callable
 from typing import Annotated
 
@@ -14,10 +17,19 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from docqa.server.accounts.identity import Caller
-from docqa.server.accounts.keys import verify_key
+from docqa.server.accounts.keys import parse_key, verify_key
+from docqa.server.accounts.models import ApiKey
 from docqa.server.accounts.oidc import looks_like_jwt, token_caller
 from docqa.server.api_errors import ApiError
+from docqa.server.audit import events
+from docqa.server.audit.events import FailureThrottle, record_event
 from docqa.server.context import ServerContext
+
+logger = logging.getLogger(__name__)
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+# Failed sign-ins become audit events at most once a minute per key id (else client address), and at most 60
+# a minute per worker in all; the failures in between are counted into the next event (see FailureThrottle).
+signin_failures = FailureThrottle()
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -32,7 +44,17 @@ def get_context(request: Request) -> ServerContext:
 ContextDep = Annotated[ServerContext, Depends(get_context)]
 
 
+def request_id(request: Request) -> str:
+    """The caller's `X-Request-ID` when it is a plain token, else a new one: it ties audit events to a request."""
+    given = request.headers.get("x-request-id", "")
+    return given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+
+
+RequestId = Annotated[str, Depends(request_id)]
+
+
 def authenticate(
+    request: Request,
     context: ContextDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Caller:
@@ -54,9 +76,33 @@ def authenticate(
             caller = verify_key(session, credential)
         refused = "invalid or revoked API key"
     if caller is None:
+        _record_failed_signin(request, context, credential)
         raise ApiError(401, "unauthorized", refused, headers={"WWW-Authenticate": "Bearer"})
     context.rate_limiter.check(caller.key_id)
     return caller
+
+
+def _record_failed_signin(request: Request, context: ServerContext, credential: str) -> None:
+    parsed = parse_key(credential)
+    address = request.client.host if request.client else "unknown"
+    source = f"key:{parsed[0]}" if parsed else f"ip:{address}"
+    suppressed = signin_failures.admit(source)
+    if suppressed is None:
+        return
+    try:
+        tenant = None
+        if parsed:
+            with context.sessions() as session:
+                row = session.get(ApiKey, parsed[0])
+                tenant = None if row is None else row.tenant_id
+        # Only the key id is recorded, never the presented secret or token.
+        record_event(context.settings, tenant=tenant or events.SYSTEM_TENANT, actor=source,
+                     action=events.SIGNIN_FAILED, target=source, result=events.RESULT_FAILURE,
+                     request_id=request_id(request),
+                     after={"address": address, "kind": "api_key" if parsed else "token",
+                            "suppressed_since_last": suppressed})
+    except Exception:  # the 401 stands even when the audit database is unavailable; the log says why
+        logger.exception("could not record a failed sign-in")
 
 
 def require_roles(*roles: str) -> Callable[[Caller], Caller]:

@@ -3,6 +3,10 @@
 Writing: `recorder.answer_with_audit` (or `recorder.record_answer`) appends one trace per question, with its
 steps, in one transaction. Checking: `verify.verify_chain`, `checkpoint` (signed chain heads kept outside the
 database), `export` (JSON Lines with chain proofs) and `retention` (archive a prefix without breaking the chain).
+Events (`events.append_event`): security-relevant changes (accounts, keys, groups, documents and their access
+lists, failed sign-ins, retention, checkpoints) are links of the same chain, written in the change's transaction;
+`access.replay_access` answers "could this principal read this document then?" from them, and `siem` writes the
+chain as ECS JSON lines.
 
 Production on PostgreSQL: run `docqa db upgrade` as the schema owner; run the server and workers as a login
 role that is a member of `docqa_app` (created by the migration: SELECT and INSERT only on audit tables), e.g.

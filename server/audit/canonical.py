@@ -11,7 +11,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from docqa.server.audit.models import AuditStep, AuditTrace
+from docqa.server.audit.models import AuditEvent, AuditStep, AuditTrace
 
 FORMAT_VERSION = 1
 
@@ -72,3 +72,30 @@ def trace_payload(trace: AuditTrace | Any) -> dict[str, Any]:
         "totals": trace.totals,
         "steps": [step_payload(s) for s in sorted(trace.steps, key=lambda s: s.position)],
     }
+
+
+EVENT_FORMAT_VERSION = 1
+
+
+def event_payload(event: AuditEvent | Any) -> dict[str, Any]:
+    """Everything recorded about an event except its chain link. `"type": "event"` keeps an event's bytes
+    distinct from any trace's (a trace payload has no `type`), so one can never pass for the other."""
+    return {
+        "type": "event",
+        "format": EVENT_FORMAT_VERSION,
+        "id": event.id,
+        "at": format_timestamp(event.at),
+        "tenant": event.tenant,
+        "actor": event.actor,
+        "action": event.action,
+        "target": event.target,
+        "before": event.before,
+        "after": event.after,
+        "result": event.result,
+        "request_id": event.request_id,
+    }
+
+
+def link_payload(link: Any) -> dict[str, Any]:
+    """The payload of a chain link, trace or event (an event row has an `action`, a trace a `question`)."""
+    return event_payload(link) if hasattr(link, "action") else trace_payload(link)

@@ -4,6 +4,7 @@
 
 with mac(0) = 64 zeros. Without the key nobody can recompute a link after editing, inserting, deleting or
 reordering traces; a signed checkpoint of the head also catches a truncated or key-holder-rewritten tail.
+Events (`AuditEvent`) are links of the same chain, numbered in the same sequence as the traces.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from docqa.server.audit.canonical import canonical_bytes, format_timestamp
-from docqa.server.audit.models import AuditAnchor, AuditTrace
+from docqa.server.audit.models import AuditAnchor, AuditEvent, AuditTrace
 
 GENESIS_MAC = "0" * 64
 _LINK_DOMAIN = b"docqa-audit-chain-v1\n"
@@ -75,5 +76,13 @@ def chain_start(session: Session) -> ChainPosition:
 
 
 def chain_tail(session: Session) -> ChainPosition:
-    row = session.execute(select(AuditTrace.seq, AuditTrace.mac).order_by(AuditTrace.seq.desc()).limit(1)).first()
-    return chain_start(session) if row is None else ChainPosition(int(row.seq), row.mac)
+    """The last link, whichever table holds it: traces and events share one sequence of links."""
+    rows = [
+        session.execute(select(table.seq, table.mac).order_by(table.seq.desc()).limit(1)).first()
+        for table in (AuditTrace, AuditEvent)
+    ]
+    found = [row for row in rows if row is not None]
+    if not found:
+        return chain_start(session)
+    row = max(found, key=lambda r: int(r.seq))
+    return ChainPosition(int(row.seq), row.mac)

@@ -19,6 +19,7 @@ from typing import Any
 
 from docqa.db import session_factory
 from docqa.server.audit.checkpoint import create_checkpoint, load_checkpoint, write_checkpoint
+from docqa.server.audit.events import CHECKPOINT_SIGNED, SYSTEM_TENANT, record_event
 from docqa.server.audit.export import export_jsonl
 from docqa.server.audit.keys import hmac_key, load_public_key, public_key_pem, signing_key, verify_key
 from docqa.server.audit.retention import ArchiveIntegrityError, retain, verify_archive
@@ -43,11 +44,34 @@ def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:
     checkpoint.add_argument("--out", type=Path, required=True)
     checkpoint.set_defaults(handler=checkpoint_command)
 
-    export = commands.add_parser("export", help="write traces with chain proofs as JSON Lines")
-    export.add_argument("--out", type=Path, required=True)
+    export = commands.add_parser("export", help="write traces and events with chain proofs as JSON Lines")
+    export.add_argument("--out", type=Path, required=True, help="file to write; '-' for stdout (ecs only)")
     export.add_argument("--since", type=_timestamp, help="ISO date/time (UTC unless given), inclusive")
     export.add_argument("--until", type=_timestamp, help="ISO date/time (UTC unless given), exclusive")
+    export.add_argument("--format", choices=("jsonl", "ecs"), default="jsonl",
+                        help="jsonl: chain-proof lines (verifiable); ecs: Elastic Common Schema lines for a SIEM")
+    export.add_argument("--after-seq", type=int, default=0,
+                        help="ecs: only links after this sequence number (resume from the last shipped one)")
+    export.add_argument("--events-only", action="store_true", help="ecs: events only, no traces")
     export.set_defaults(handler=export_command)
+
+    access = commands.add_parser("access", help="could a principal read a document at a time? (exit 0 yes, 1 no)")
+    access.add_argument("--principal", required=True, help="user:<id> or group:<name>")
+    access.add_argument("--document", required=True, help="a document source id, patient id or chunk id")
+    access.add_argument("--at", type=_timestamp, required=True, help="ISO date/time (UTC unless given)")
+    access.add_argument("--tenant", help="tenant (default: DOCQA_TENANT)")
+    access.add_argument("--json", action="store_true", help="print the answer as JSON")
+    access.set_defaults(handler=access_command)
+
+    events_cmd = commands.add_parser("events", help="list audit events, newest first")
+    events_cmd.add_argument("--tenant", help="tenant (default: every tenant)")
+    events_cmd.add_argument("--action", help="e.g. key.issued, or a prefix ending in '.' (document.)")
+    events_cmd.add_argument("--actor")
+    events_cmd.add_argument("--target", help="e.g. user:bob, group:finance, document:memo.txt")
+    events_cmd.add_argument("--since", type=_timestamp)
+    events_cmd.add_argument("--until", type=_timestamp)
+    events_cmd.add_argument("--limit", type=int, default=50)
+    events_cmd.set_defaults(handler=events_command)
 
     retain_cmd = commands.add_parser("retain", help="archive traces asked before a date and drop them")
     retain_cmd.add_argument("--before", type=_timestamp, required=True)
@@ -90,20 +114,75 @@ def checkpoint_command(args: argparse.Namespace, settings: Settings) -> int:
         return FAILED
     checkpoint = create_checkpoint(seq=report.head_seq, mac=report.head_mac, signer=signing_key(settings))
     write_checkpoint(checkpoint, args.out)
+    # The signing is itself an event, the link right after the head the checkpoint covers (when no other
+    # writer came first).
+    record_event(settings, tenant=SYSTEM_TENANT, actor=cli_actor(), action=CHECKPOINT_SIGNED,
+                 target=f"checkpoint:{checkpoint.seq}",
+                 after={"seq": checkpoint.seq, "mac": checkpoint.mac, "file": str(args.out)})
     print(f"checkpoint at link {checkpoint.seq} ({checkpoint.mac[:16]}...) written to {args.out}")
     return OK
 
 
 def export_command(args: argparse.Namespace, settings: Settings) -> int:
+    if args.format == "ecs":
+        from docqa.server.audit.siem import export_ecs
+
+        out = None if str(args.out) == "-" else args.out
+        with session_factory(settings)() as session:
+            count = export_ecs(session, out, after_seq=args.after_seq, events_only=args.events_only)
+        print(f"{count} ECS records written to {args.out}", file=sys.stderr)
+        return OK
+    if str(args.out) == "-":
+        return _usage("--out - (stdout) is for --format ecs")
     with session_factory(settings)() as session:
         count = export_jsonl(session, args.out, since=args.since, until=args.until)
-    print(f"{count} traces written to {args.out}")
+    print(f"{count} traces and events written to {args.out}")
+    return OK
+
+
+def access_command(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.server.audit.access import replay_access
+
+    tenant = args.tenant or settings.tenant
+    try:
+        with session_factory(settings)() as session:
+            answer = replay_access(session, tenant=tenant, principal=args.principal, document=args.document,
+                                   at=args.at)
+    except ValueError as exc:
+        return _usage(str(exc))
+    if args.json:
+        print(json.dumps(answer.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        verdict = "YES" if answer.allowed else "NO"
+        print(f"{verdict}: {answer.principal} {'could' if answer.allowed else 'could not'} read "
+              f"{answer.document} in tenant {tenant} at {answer.at}")
+        print("\n".join(f"  because {reason}" for reason in answer.reasons))
+        for event in answer.events:
+            print(f"  event {event['seq']} {event['at']} {event['action']} {event['target']} by {event['actor']}"
+                  f" (request {event['request_id']})")
+    return OK if answer.allowed else FAILED
+
+
+def events_command(args: argparse.Namespace, settings: Settings) -> int:
+    from sqlalchemy import select
+
+    from docqa.server.audit.access import event_dict
+    from docqa.server.audit.event_queries import EventFilter
+    from docqa.server.audit.models import AuditEvent
+
+    # The operator's view: every tenant's events unless --tenant (the API always scopes to the auditor's).
+    where = EventFilter(tenant=args.tenant, action=args.action, actor=args.actor, target=args.target,
+                        since=args.since, until=args.until)
+    with session_factory(settings)() as session:
+        rows = session.scalars(where.apply(select(AuditEvent)).order_by(AuditEvent.seq.desc()).limit(args.limit))
+        for row in rows:
+            print(json.dumps(event_dict(row), ensure_ascii=False, sort_keys=True))
     return OK
 
 
 def retain_command(args: argparse.Namespace, settings: Settings) -> int:
     try:
-        report = retain(settings, before=args.before, archive=args.archive)
+        report = retain(settings, before=args.before, archive=args.archive, actor=cli_actor())
     except FileExistsError as exc:
         return _usage(str(exc))
     except ArchiveIntegrityError as exc:
@@ -128,6 +207,16 @@ def db_upgrade_command(args: argparse.Namespace, settings: Settings) -> int:
     upgrade_database(settings, args.revision)
     print(f"database at {args.revision}")
     return OK
+
+
+def cli_actor() -> str:
+    """Who ran a command, as events name them: `cli:<operating-system user>`."""
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:  # no login name (some containers)
+        return "cli:unknown"
 
 
 def _timestamp(value: str) -> datetime:

@@ -1,7 +1,8 @@
-"""JSON Lines export: one trace per line with its chain proof, verifiable away from the database.
+"""JSON Lines export: one chain link per line with its proof, verifiable away from the database.
 
-Each line is `{"trace": <canonical payload>, "proof": {"seq", "prev_mac", "mac"}}`; anyone holding the HMAC
-key recomputes `mac` from the line alone, and consecutive lines must link through `prev_mac`.
+Each line is `{"trace": <canonical payload>, "proof": {"seq", "prev_mac", "mac"}}`, or for an event
+`{"event": <canonical payload>, "proof": ...}`; anyone holding the HMAC key recomputes `mac` from the line
+alone, and consecutive lines must link through `prev_mac`.
 
 Usage:
     count = export_jsonl(session, Path("traces.jsonl"), since=datetime(2026, 1, 1, tzinfo=UTC))
@@ -19,15 +20,22 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from docqa.server.audit.canonical import canonical_bytes, trace_payload
+from docqa.server.audit.canonical import canonical_bytes, event_payload, trace_payload
 from docqa.server.audit.chain import ChainPosition
 from docqa.server.audit.models import AuditTrace
-from docqa.server.audit.verify import BrokenLink, LinkChecker, StoredTrace, VerifyReport, iter_traces
+from docqa.server.audit.verify import BrokenLink, LinkChecker, StoredTrace, VerifyReport, is_event, iter_links
 
 
-def export_line(trace: AuditTrace | StoredTrace) -> bytes:
-    record = {"trace": trace_payload(trace), "proof": {"seq": trace.seq, "prev_mac": trace.prev_mac, "mac": trace.mac}}
+def export_line(trace: AuditTrace | StoredTrace | Any) -> bytes:
+    """The line of one link: a trace, or an event row (`AuditEvent` or a row of its table)."""
+    body = {"event": event_payload(trace)} if is_event(trace) else {"trace": trace_payload(trace)}
+    record = {**body, "proof": {"seq": trace.seq, "prev_mac": trace.prev_mac, "mac": trace.mac}}
     return canonical_bytes(record) + b"\n"
+
+
+def link_time(link: Any) -> datetime:
+    """When a link happened: an event's time, a trace's question time."""
+    return as_utc(link.at if is_event(link) else link.asked_at)
 
 
 def as_utc(value: datetime) -> datetime:
@@ -37,12 +45,12 @@ def as_utc(value: datetime) -> datetime:
 def export_jsonl(
     session: Session, out: Path, *, since: datetime | None = None, until: datetime | None = None
 ) -> int:
-    """Write the traces asked in [since, until) in chain order; returns how many were written."""
+    """Write the traces asked and events that happened in [since, until) in chain order; returns how many."""
     tmp = out.with_name(f".{out.name}.tmp")
     count = 0
     with tmp.open("wb") as fh:
-        for trace in iter_traces(session):
-            asked = as_utc(trace.asked_at)
+        for trace in iter_links(session):
+            asked = link_time(trace)
             if (since is not None and asked < as_utc(since)) or (until is not None and asked >= as_utc(until)):
                 continue
             fh.write(export_line(trace))
@@ -75,10 +83,11 @@ def verify_jsonl(path: Path, key: bytes, *, start: ChainPosition | None = None) 
         try:
             proof = record["proof"]  # type: ignore[index]
             seq, prev_mac, mac = int(proof["seq"]), str(proof["prev_mac"]), str(proof["mac"])
-            payload = canonical_bytes(record["trace"])  # type: ignore[index]
-            trace_id = str(record["trace"].get("id"))  # type: ignore[index]
+            body = record["event"] if "event" in record else record["trace"]  # type: ignore[index,operator]
+            payload = canonical_bytes(body)
+            trace_id = str(body.get("id"))
         except (TypeError, KeyError, ValueError, AttributeError):
-            checker.broken = BrokenLink(None, None, f"line {number} is not a trace record with a proof")
+            checker.broken = BrokenLink(None, None, f"line {number} is not a trace or event record with a proof")
             break
         if start is None and (first_seq is None or seq != checker.head.seq + 1):
             checker.head = ChainPosition(seq - 1, prev_mac)

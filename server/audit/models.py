@@ -87,4 +87,29 @@ class AuditAnchor(Base):
     anchor_mac: Mapped[str] = mapped_column(String(64))
 
 
-AUDIT_TABLES = ("audit_traces", "audit_steps", "audit_anchors")
+class AuditEvent(Base):
+    """One security-relevant change (keys, users, groups, documents and their access lists, failed sign-ins,
+    topic refits, retention, checkpoints): a link of the same chain as the traces, sharing its `seq` numbers.
+
+    `actor` is who did it (a user id, `cli:<os user>` or `system`), `target` what it was done to (e.g.
+    `user:bob`, `group:finance`, `key:<id>`, `document:<source id>`); `before`/`after` the relevant state.
+    """
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, unique=True, index=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    tenant: Mapped[str] = mapped_column(String(255), index=True)
+    actor: Mapped[str] = mapped_column(String(255))
+    action: Mapped[str] = mapped_column(String(64), index=True)
+    target: Mapped[str] = mapped_column(String(1024), index=True)
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    result: Mapped[str] = mapped_column(String(16))
+    request_id: Mapped[str | None] = mapped_column(String(64))
+    prev_mac: Mapped[str] = mapped_column(String(64))
+    mac: Mapped[str] = mapped_column(String(64))
+
+
+AUDIT_TABLES = ("audit_traces", "audit_steps", "audit_anchors", "audit_events")

@@ -21,14 +21,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import delete, select, text
 from sqlalchemy.orm import Session
 
-from docqa.server.audit.canonical import canonical_bytes, trace_payload
+from docqa.server.audit.canonical import canonical_bytes, link_payload
 from docqa.server.audit.chain import ChainPosition, anchor_mac, chain_start, lock_chain
 from docqa.server.audit.checkpoint import KIND_ARCHIVE, create_checkpoint, load_checkpoint, write_checkpoint
-from docqa.server.audit.export import as_utc, export_line, verify_jsonl
+from docqa.server.audit.events import RETENTION_RUN, SYSTEM_TENANT, append_event
+from docqa.server.audit.export import as_utc, export_line, link_time, verify_jsonl
 from docqa.server.audit.keys import hmac_key, signing_key
-from docqa.server.audit.models import AuditAnchor, AuditStep, AuditTrace
+from docqa.server.audit.models import AuditAnchor, AuditEvent, AuditStep, AuditTrace
 from docqa.server.audit.recorder import audit_session
-from docqa.server.audit.verify import BrokenLink, LinkChecker, VerifyReport, iter_traces
+from docqa.server.audit.verify import BrokenLink, LinkChecker, VerifyReport, iter_links
 from docqa.settings import Settings
 
 
@@ -49,7 +50,7 @@ def checkpoint_path(archive: Path) -> Path:
     return archive.with_name(archive.name + ".checkpoint.json")
 
 
-def retain(settings: Settings, *, before: datetime, archive: Path) -> RetentionReport:
+def retain(settings: Settings, *, before: datetime, archive: Path, actor: str = "system") -> RetentionReport:
     """Archive and delete the longest chain prefix asked before `before`; nothing happens if it is empty.
 
     :raises FileExistsError: the archive file already exists (archives are never overwritten).
@@ -92,16 +93,22 @@ def retain(settings: Settings, *, before: datetime, archive: Path) -> RetentionR
         archived_ids = select(AuditTrace.id).where(AuditTrace.seq <= head.seq)
         session.execute(delete(AuditStep).where(AuditStep.trace_id.in_(archived_ids)))
         session.execute(delete(AuditTrace).where(AuditTrace.seq <= head.seq))
+        session.execute(delete(AuditEvent).where(AuditEvent.seq <= head.seq))
+        # The run itself is the first link after the new anchor, committed with the deletion.
+        append_event(session, settings, tenant=SYSTEM_TENANT, actor=actor, action=RETENTION_RUN,
+                     target=f"archive:{archive.name}",
+                     after={"archived": checker.checked, "from_seq": start.seq + 1, "up_to_seq": head.seq,
+                            "before": cutoff.isoformat(), "archive_sha256": digest.hexdigest()})
     return RetentionReport(checker.checked, start.seq + 1, head.seq, archive, checkpoint_path(archive))
 
 
 def _write_prefix(session: Session, checker: LinkChecker, cutoff: datetime, path: Path) -> hashlib._Hash:
     digest = hashlib.sha256()
     with path.open("wb") as fh:
-        for trace in iter_traces(session, after_seq=checker.start.seq):
-            if as_utc(trace.asked_at) >= cutoff:
+        for trace in iter_links(session, after_seq=checker.start.seq):
+            if link_time(trace) >= cutoff:
                 break
-            if not checker.check(trace.seq, trace.id, trace.prev_mac, trace.mac, canonical_bytes(trace_payload(trace))):
+            if not checker.check(trace.seq, trace.id, trace.prev_mac, trace.mac, canonical_bytes(link_payload(trace))):
                 raise ArchiveIntegrityError(f"refusing to archive a broken chain: {checker.broken}")
             line = export_line(trace)
             fh.write(line)

@@ -9,6 +9,7 @@ Usage:
 
 from __future__ import annotations
 
+import heapq
 import hmac
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -18,10 +19,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
-from docqa.server.audit.canonical import canonical_bytes, trace_payload
+from docqa.server.audit.canonical import canonical_bytes, link_payload
 from docqa.server.audit.chain import GENESIS_MAC, ChainPosition, anchor_mac, link_mac
 from docqa.server.audit.checkpoint import KIND_CHAIN, Checkpoint
-from docqa.server.audit.models import AuditAnchor, AuditStep, AuditTrace
+from docqa.server.audit.models import AuditAnchor, AuditEvent, AuditStep, AuditTrace
 
 BATCH = 500
 
@@ -118,6 +119,28 @@ def iter_traces(session: Session, after_seq: int = 0, batch: int = BATCH) -> Ite
         last = rows[-1].seq
 
 
+def iter_events(session: Session, after_seq: int = 0, batch: int = BATCH) -> Iterator[Row]:
+    """Event rows in seq order, a batch at a time."""
+    events = AuditEvent.__table__
+    last = after_seq
+    while True:
+        rows = session.execute(select(events).where(events.c.seq > last).order_by(events.c.seq).limit(batch)).all()
+        if not rows:
+            return
+        yield from rows
+        last = rows[-1].seq
+
+
+def iter_links(session: Session, after_seq: int = 0, batch: int = BATCH) -> Iterator[StoredTrace | Row]:
+    """Every link in seq order: traces (`StoredTrace`) and event rows merged, as the chain orders them."""
+    return heapq.merge(iter_traces(session, after_seq, batch), iter_events(session, after_seq, batch),
+                       key=lambda link: int(link.seq))
+
+
+def is_event(link: Any) -> bool:
+    return hasattr(link, "action")
+
+
 def verify_chain(
     session: Session,
     key: bytes,
@@ -130,7 +153,7 @@ def verify_chain(
 
     :param key: the HMAC chain key.
     :param checkpoint: a signed chain checkpoint taken earlier; needs `public_key` to check its signature.
-    :param on_verified: called with each trace whose link verified, in chain order.
+    :param on_verified: called with each link (trace or event row) that verified, in chain order.
     :returns: a report; `broken` is the first broken link, `None` when the chain verifies.
     """
     if checkpoint is not None and public_key is None:
@@ -149,11 +172,11 @@ def verify_chain(
     checker = LinkChecker(key, start, watch_seq=checkpoint.seq if checkpoint else None)
     checker.broken = forged_anchor
     if forged_anchor is None:
-        for trace in iter_traces(session):
-            if not checker.check(trace.seq, trace.id, trace.prev_mac, trace.mac, canonical_bytes(trace_payload(trace))):
+        for link in iter_links(session):
+            if not checker.check(link.seq, link.id, link.prev_mac, link.mac, canonical_bytes(link_payload(link))):
                 break
             if on_verified is not None:
-                on_verified(trace)
+                on_verified(link)
     report = VerifyReport(
         ok=checker.broken is None,
         checked=checker.checked,
@@ -183,6 +206,7 @@ class TenantVerifyReport:
     checked: int
     broken: TenantBreak | None = None
     notes: list[str] = field(default_factory=list)
+    events_checked: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,21 +215,27 @@ class TenantVerifyReport:
 def verify_for_tenant(session: Session, key: bytes, tenant: str) -> TenantVerifyReport:
     """Verify the whole chain (the tenant's links depend on every link before them) and report for `tenant`.
 
-    `checked` counts the tenant's traces whose links verified; `broken` names the trace at the break only when it
-    is the tenant's own. Link numbers are left out: they count every tenant's traces.
+    `checked` counts the tenant's traces whose links verified, `events_checked` its events; `broken` names the
+    trace or event at the break only when it is the tenant's own. Link numbers are left out: they count every
+    tenant's links.
     """
-    checked = 0
+    checked = events = 0
 
-    def count(trace: StoredTrace) -> None:
-        nonlocal checked
-        checked += trace.tenant == tenant
+    def count(link: Any) -> None:
+        nonlocal checked, events
+        if is_event(link):
+            events += link.tenant == tenant
+        else:
+            checked += link.tenant == tenant
 
     report = verify_chain(session, key, on_verified=count)
-    result = TenantVerifyReport(ok=report.ok, checked=checked)
+    result = TenantVerifyReport(ok=report.ok, checked=checked, events_checked=events)
     if report.broken is not None:
         trace_id = report.broken.trace_id
-        own = trace_id is not None and session.scalar(
-            select(AuditTrace.tenant).where(AuditTrace.id == trace_id)) == tenant
+        own = trace_id is not None and tenant in (
+            session.scalar(select(AuditTrace.tenant).where(AuditTrace.id == trace_id)),
+            session.scalar(select(AuditEvent.tenant).where(AuditEvent.id == trace_id)),
+        )
         result.broken = (
             TenantBreak(trace_id, "the chain breaks at this trace: it was changed, or links before it were "
                         "removed, inserted or reordered")

@@ -12,7 +12,10 @@ from docqa.server.accounts import directory, keys
 from docqa.server.accounts.directory import AccountError
 from docqa.server.accounts.models import ApiKey, Group, User
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError
-from docqa.server.auth import AdminCaller, ContextDep
+from docqa.server.audit import events
+from docqa.server.audit.events import append_event
+from docqa.server.audit.recorder import audit_session
+from docqa.server.auth import AdminCaller, ContextDep, RequestId
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=COMMON_ERROR_RESPONSES)
 
@@ -97,27 +100,35 @@ def list_users(caller: AdminCaller, context: ContextDep) -> list[UserOut]:
 
 @router.post("/users", response_model=UserOut, status_code=status.HTTP_201_CREATED,
              responses={409: COMMON_ERROR_RESPONSES[404] | {"description": "Already exists"}})
-def create_user(body: UserIn, caller: AdminCaller, context: ContextDep) -> UserOut:
-    with context.sessions() as session:
+def create_user(body: UserIn, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> UserOut:
+    # Each change and its audit event commit together (or neither does).
+    with audit_session(context.settings) as session:
         try:
             user = directory.create_user(session, caller.tenant, body.id, body.role, body.groups, body.display_name)
         except AccountError as exc:
             raise _fail(exc) from exc
         out = _user_out(user)
-        session.commit()
-        return out
+        append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
+                     action=events.USER_CREATED, target=f"user:{out.id}", request_id=request_id,
+                     after={"role": out.role, "groups": out.groups, "active": True,
+                            "display_name": out.display_name})
+    return out
 
 
 @router.delete("/users/{user_id}", response_model=UserOut, summary="Deactivate a user (all their keys stop)")
-def deactivate_user(user_id: str, caller: AdminCaller, context: ContextDep) -> UserOut:
-    with context.sessions() as session:
+def deactivate_user(user_id: str, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> UserOut:
+    with audit_session(context.settings) as session:
+        existing = directory.get_user(session, caller.tenant, user_id)
+        was_active = existing.active if existing is not None else None
         try:
             user = directory.deactivate_user(session, caller.tenant, user_id)
         except AccountError as exc:
             raise _fail(exc) from exc
         out = _user_out(user)
-        session.commit()
-        return out
+        append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
+                     action=events.USER_DEACTIVATED, target=f"user:{out.id}", request_id=request_id,
+                     before={"active": was_active}, after={"active": False})
+    return out
 
 
 @router.get("/groups", response_model=list[GroupOut])
@@ -128,36 +139,46 @@ def list_groups(caller: AdminCaller, context: ContextDep) -> list[GroupOut]:
 
 @router.post("/groups", response_model=GroupOut, status_code=status.HTTP_201_CREATED,
              responses={409: COMMON_ERROR_RESPONSES[404] | {"description": "Already exists"}})
-def create_group(body: GroupIn, caller: AdminCaller, context: ContextDep) -> GroupOut:
-    with context.sessions() as session:
+def create_group(body: GroupIn, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> GroupOut:
+    with audit_session(context.settings) as session:
         try:
             group = directory.create_group(session, caller.tenant, body.name)
         except AccountError as exc:
             raise _fail(exc) from exc
         out = _group_out(group)
-        session.commit()
-        return out
+        append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
+                     action=events.GROUP_CREATED, target=f"group:{out.name}", request_id=request_id,
+                     after={"members": out.members})
+    return out
 
 
 @router.put("/groups/{group}/members/{user_id}", response_model=GroupOut, summary="Add a user to a group")
-def add_member(group: str, user_id: str, caller: AdminCaller, context: ContextDep) -> GroupOut:
-    return _membership(context, caller.tenant, group, user_id, member=True)
+def add_member(group: str, user_id: str, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> GroupOut:
+    return _membership(context, caller, group, user_id, True, request_id)
 
 
 @router.delete("/groups/{group}/members/{user_id}", response_model=GroupOut, summary="Remove a user from a group")
-def remove_member(group: str, user_id: str, caller: AdminCaller, context: ContextDep) -> GroupOut:
-    return _membership(context, caller.tenant, group, user_id, member=False)
+def remove_member(group: str, user_id: str, caller: AdminCaller, context: ContextDep,
+                  request_id: RequestId) -> GroupOut:
+    return _membership(context, caller, group, user_id, False, request_id)
 
 
-def _membership(context: ContextDep, tenant: str, group: str, user_id: str, member: bool) -> GroupOut:
-    with context.sessions() as session:
+def _membership(context: ContextDep, caller: AdminCaller, group: str, user_id: str, member: bool,
+                request_id: str) -> GroupOut:
+    with audit_session(context.settings) as session:
+        existing = directory.get_group(session, caller.tenant, group)
+        before = None if existing is None else sorted(u.id for u in existing.members)
         try:
-            row = directory.set_membership(session, tenant, group, user_id, member)
+            row = directory.set_membership(session, caller.tenant, group, user_id, member)
         except AccountError as exc:
             raise _fail(exc) from exc
         out = _group_out(row)
-        session.commit()
-        return out
+        if before != out.members:  # adding a member twice changes nothing and records nothing
+            append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
+                         action=events.GROUP_MEMBER_ADDED if member else events.GROUP_MEMBER_REMOVED,
+                         target=f"group:{out.name}", request_id=request_id,
+                         before={"members": before}, after={"members": out.members, "user": user_id})
+    return out
 
 
 @router.get("/keys", response_model=list[KeyOut])
@@ -168,24 +189,32 @@ def list_keys(caller: AdminCaller, context: ContextDep) -> list[KeyOut]:
 
 @router.post("/keys", response_model=CreatedKey, status_code=status.HTTP_201_CREATED,
              responses={409: COMMON_ERROR_RESPONSES[404] | {"description": "User deactivated"}})
-def create_key(body: KeyIn, caller: AdminCaller, context: ContextDep) -> CreatedKey:
-    with context.sessions() as session:
+def create_key(body: KeyIn, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> CreatedKey:
+    with audit_session(context.settings) as session:
         try:
             secret, row = keys.create_key(session, caller.tenant, body.user_id, body.name)
         except AccountError as exc:
             raise _fail(exc) from exc
         out = CreatedKey(key=secret, **_key_out(row).model_dump())
-        session.commit()
-        return out
+        # The key id only: the secret is never part of an event.
+        append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
+                     action=events.KEY_ISSUED, target=f"key:{out.id}", request_id=request_id,
+                     after={"user": out.user_id, "name": out.name})
+    return out
 
 
 @router.delete("/keys/{key_id}", response_model=KeyOut, summary="Revoke a key")
-def revoke_key(key_id: str, caller: AdminCaller, context: ContextDep) -> KeyOut:
-    with context.sessions() as session:
+def revoke_key(key_id: str, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> KeyOut:
+    with audit_session(context.settings) as session:
+        existing = session.get(ApiKey, key_id)
+        was_revoked = None if existing is None else existing.revoked_at is not None
         try:
             row = keys.revoke_key(session, caller.tenant, key_id)
         except AccountError as exc:
             raise _fail(exc) from exc
         out = _key_out(row)
-        session.commit()
-        return out
+        if not was_revoked:
+            append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
+                         action=events.KEY_REVOKED, target=f"key:{out.id}", request_id=request_id,
+                         before={"revoked": False}, after={"revoked": True, "user": out.user_id})
+    return out

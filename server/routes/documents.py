@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from docqa.access import EVERYONE
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError, NotFound
-from docqa.server.auth import AdminCaller, ContextDep
+from docqa.server.auth import AdminCaller, ContextDep, RequestId
 
 router = APIRouter(prefix="/v1", tags=["documents"], responses=COMMON_ERROR_RESPONSES)
 
@@ -69,6 +69,7 @@ def upload_documents(
         raise ApiError(422, "invalid_request", f"send between 1 and {MAX_FILES} files")
     principals = check_principals(access)
     uploads = [Upload(name=f.filename or "upload", data=f.file.read()) for f in files]
+    # Each written document's `document.ingested` event is committed with its item's outcome.
     job_id = submit_job(context.settings, tenant=caller.tenant, access=principals, uploads=uploads,
                         submitted_by=caller.user_id)
     return JobCreated(job_id=job_id)
@@ -109,10 +110,11 @@ def list_documents(
 
 
 @router.delete("/documents/{source_id:path}", summary="Delete every chunk of one document")
-def delete_document(source_id: str, caller: AdminCaller, context: ContextDep) -> dict[str, int]:
+def delete_document(source_id: str, caller: AdminCaller, context: ContextDep,
+                    request_id: RequestId) -> dict[str, int]:
     from docqa.ingestion.jobs import delete_document as delete
 
-    deleted = delete(context.runtime, caller.tenant, source_id)
+    deleted = delete(context.runtime, caller.tenant, source_id, actor=caller.user_id, request_id=request_id)
     if not deleted:
         raise NotFound("document")
     return {"deleted_chunks": deleted}
@@ -123,6 +125,7 @@ def delete_document(source_id: str, caller: AdminCaller, context: ContextDep) ->
 def upload_records(
     caller: AdminCaller,
     context: ContextDep,
+    request_id: RequestId,
     bundle: Annotated[UploadFile, File(description="A FHIR R4 Bundle (JSON) with one Patient")],
     access: Annotated[list[str], Form(description="Who may read them: everyone, user:<id>, group:<name>")],
 ) -> RecordsWritten:
@@ -135,6 +138,13 @@ def upload_records(
     patient_id = str(documents[0].meta["patient_id"])
     embedder = context.runtime.document_embedder()
     embedder.warm_up()
-    counts = write_patient_records(context.runtime.document_store, documents, tenant=caller.tenant,
-                                   patient_id=patient_id, embedder=embedder)
+    from docqa.server.audit.events import RECORDS_INGESTED, event_around
+
+    # The event is staged first and commits only when the store write succeeded.
+    with event_around(context.settings, tenant=caller.tenant, actor=caller.user_id, action=RECORDS_INGESTED,
+                      target=f"patient:{patient_id}", request_id=request_id,
+                      after={"access": principals, "chunks": len(documents),
+                             "chunk_ids": sorted(d.id for d in documents)}):
+        counts = write_patient_records(context.runtime.document_store, documents, tenant=caller.tenant,
+                                       patient_id=patient_id, embedder=embedder)
     return RecordsWritten(patient_id=patient_id, **counts)

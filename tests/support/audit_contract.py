@@ -337,16 +337,17 @@ class AuditTrailContract:
         report = retain(settings, before=utc(2026, 1, 1), archive=archive)
         assert (report.archived, report.from_seq, report.up_to_seq) == (3, 1, 3)
         assert [t.seq for t in traces(settings)] == [4]
+        # The retention run is itself a link (an `audit.retention` event, seq 5), committed with the deletion.
         fill(settings, 2)
         live = verify(settings, before)
-        assert live.ok and live.start_seq == 3 and live.head_seq == 6 and live.checked == 3
+        assert live.ok and live.start_seq == 3 and live.head_seq == 7 and live.checked == 4
         assert verify_archive(archive, hmac_key(settings), verify_key(settings)).ok
         second = retain(settings, before=utc(2027, 1, 1), archive=tmp_path / "audit-2026.jsonl")
-        assert (second.from_seq, second.up_to_seq) == (4, 6)
+        assert (second.from_seq, second.up_to_seq) == (4, 7)
         assert verify(settings).ok and traces(settings) == []
         assert verify_archive(tmp_path / "audit-2026.jsonl", hmac_key(settings), verify_key(settings)).ok
         fill(settings, 1)
-        assert verify(settings).head_seq == 7
+        assert verify(settings).head_seq == 9
 
     def test_tampered_archive_is_detected(self, settings, tmp_path):
         for month in (1, 2):

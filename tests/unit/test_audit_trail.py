@@ -117,7 +117,8 @@ class TestTenantVerification:
         assert report.notes and not re.search(r"\d", " ".join(report.notes))
         assert TestCli().run(settings, "audit", "verify", "--json") == 0
         full = json.loads(capsys.readouterr().out)
-        assert (full["checked"], full["start_seq"], full["head_seq"]) == (5, 1, 6)
+        # The five traces and the retention run's event (link 2).
+        assert (full["checked"], full["start_seq"], full["head_seq"]) == (6, 1, 7)
 
         tamper(settings, ("DELETE FROM audit_steps WHERE trace_id = :id", {"id": ids[1]}),
                ("DELETE FROM audit_traces WHERE id = :id", {"id": ids[1]}))
@@ -146,17 +147,18 @@ class TestCli:
         assert self.run(settings, "audit", "checkpoint", "--out", str(tmp_path / "cp.json")) == 0
         assert self.run(settings, "audit", "verify", "--checkpoint", str(tmp_path / "cp.json")) == 0
         assert self.run(settings, "audit", "export", "--out", str(tmp_path / "all.jsonl")) == 0
-        assert len((tmp_path / "all.jsonl").read_text().splitlines()) == 3
+        # Three traces and the checkpoint's signing (an `audit.checkpoint` event, link 4).
+        assert len((tmp_path / "all.jsonl").read_text().splitlines()) == 4
         assert self.run(settings, "audit", "retain", "--before", "2999-01-01",
                         "--archive", str(tmp_path / "arch.jsonl")) == 0
         assert self.run(settings, "audit", "verify", "--archive", str(tmp_path / "arch.jsonl")) == 0
         assert self.run(settings, "audit", "retain", "--before", "2999-01-01",
                         "--archive", str(tmp_path / "arch.jsonl")) == 2
-        fill(settings, 2)
-        tamper(settings, ("UPDATE audit_traces SET question = 'x' WHERE seq = 5", {}))
+        fill(settings, 2)  # links 6 and 7, after the retention run's event (link 5)
+        tamper(settings, ("UPDATE audit_traces SET question = 'x' WHERE seq = 6", {}))
         capsys.readouterr()
         assert self.run(settings, "audit", "verify") == 1
-        assert "BROKEN at link 5" in capsys.readouterr().out
+        assert "BROKEN at link 6" in capsys.readouterr().out
         assert self.run(settings, "audit", "checkpoint", "--out", str(tmp_path / "cp2.json")) == 1
         assert self.run(settings, "audit", "verify", "--checkpoint", str(tmp_path / "missing.json")) == 2
 

@@ -1,0 +1,98 @@
+"""Auditor endpoints for audit events: list and filter, export (chain-proof JSON Lines or ECS), and "could this
+principal read this document then?". Auditors see their own tenant's events only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError
+from docqa.server.audit.access import replay_access
+from docqa.server.audit.event_queries import EventFilter, export_event_lines, iter_events, list_events
+from docqa.server.audit.siem import ecs_record
+from docqa.server.auth import AuditorCaller, ContextDep
+from docqa.server.context import ServerContext
+
+router = APIRouter(prefix="/v1/audit", tags=["audit"], responses=COMMON_ERROR_RESPONSES)
+
+Text = Annotated[str | None, Query(max_length=1024)]
+
+
+class EventPage(BaseModel):
+    total: int
+    limit: int
+    offset: int
+    events: list[dict[str, Any]]
+
+
+class AccessOut(BaseModel):
+    allowed: bool
+    tenant: str
+    principal: str
+    document: str
+    at: str
+    reasons: list[str]
+    events: list[dict[str, Any]]
+
+
+@router.get("/events", response_model=EventPage, summary="List audit events of the auditor's tenant, newest first")
+def get_events(
+    caller: AuditorCaller,
+    context: ContextDep,
+    action: Text = None,
+    actor: Text = None,
+    target: Text = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+) -> EventPage:
+    where = EventFilter(tenant=caller.tenant, action=action, actor=actor, target=target, since=since, until=until)
+    with context.sessions() as session:
+        total, events = list_events(session, where, limit, offset)
+    return EventPage(total=total, limit=limit, offset=offset, events=events)
+
+
+@router.get("/events/export", summary="Export the tenant's events as JSON Lines (chain proofs, or ECS for a SIEM)",
+            responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}}})
+def export_events(
+    caller: AuditorCaller,
+    context: ContextDep,
+    format: Literal["jsonl", "ecs"] = "jsonl",
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> StreamingResponse:
+    where = EventFilter(tenant=caller.tenant, since=since, until=until)
+    return StreamingResponse(_export(context, where, format), media_type="application/x-ndjson")
+
+
+def _export(context: ServerContext, where: EventFilter, format: str) -> Iterator[bytes]:
+    with context.sessions() as session:
+        if format == "jsonl":
+            yield from export_event_lines(session, where)
+            return
+        for row in iter_events(session, where):
+            yield json.dumps(ecs_record(row), sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+@router.get("/access", response_model=AccessOut,
+            summary="Could a principal read a document (source or chunk id) at a time? Replays the tenant's events")
+def get_access(
+    caller: AuditorCaller,
+    context: ContextDep,
+    principal: Annotated[str, Query(min_length=3, max_length=200, pattern=r"^(user|group):.+$")],
+    document: Annotated[str, Query(min_length=1, max_length=1024)],
+    at: datetime,
+) -> AccessOut:
+    if at.tzinfo is None:
+        raise ApiError(422, "invalid_request", "give 'at' with a time zone, e.g. 2026-03-03T10:00:00Z")
+    with context.sessions() as session:
+        answer = replay_access(session, tenant=caller.tenant, principal=principal, document=document, at=at)
+    return AccessOut(**answer.to_dict())

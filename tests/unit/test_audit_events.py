@@ -1,0 +1,333 @@
+"""Audit events: written with their change (or not at all), chained with the traces, replayed for "could X read
+Y then?", listed and exported for auditors of their own tenant only."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from docqa.db import session_factory
+from docqa.server.accounts import directory
+from docqa.server.audit import events as ev
+from docqa.server.audit.access import replay_access
+from docqa.server.audit.events import FailureThrottle, append_event, event_around
+from docqa.server.audit.export import export_jsonl, verify_jsonl
+from docqa.server.audit.keys import hmac_key
+from docqa.server.audit.models import AuditEvent
+from docqa.server.audit.recorder import audit_session
+from docqa.server.audit.verify import verify_chain, verify_for_tenant
+from docqa.server.schema import upgrade_database
+from docqa.settings import Settings
+from tests.support.audit import fill, tamper, utc
+from tests.support.scripted_chat import ScriptedChatGenerator
+from tests.support.server_app import auth, build_test_app
+
+
+@pytest.fixture
+def server(tmp_path):
+    app, keys = build_test_app(tmp_path, ScriptedChatGenerator(default="unused"))
+    with TestClient(app) as client:
+        yield client, keys, app.state.context.settings
+
+
+def events_of(settings, **where) -> list[AuditEvent]:
+    with session_factory(settings)() as session:
+        query = select(AuditEvent).order_by(AuditEvent.seq)
+        for column, value in where.items():
+            query = query.where(getattr(AuditEvent, column) == value)
+        return list(session.scalars(query))
+
+
+def count(settings) -> int:
+    with session_factory(settings)() as session:
+        return session.scalar(select(func.count()).select_from(AuditEvent)) or 0
+
+
+class TestAdminActionsThroughTheApi:
+    def test_each_change_leaves_exactly_one_event_with_actor_target_and_request_id(self, server):
+        client, keys, settings = server
+        admin = {**auth(keys["root"]), "X-Request-ID": "req-42"}
+        steps = [
+            (lambda: client.post("/v1/admin/users", json={"id": "carol", "groups": ["sales"]}, headers=admin),
+             ev.USER_CREATED, "user:carol"),
+            (lambda: client.post("/v1/admin/groups", json={"name": "legal"}, headers=admin),
+             ev.GROUP_CREATED, "group:legal"),
+            (lambda: client.put("/v1/admin/groups/legal/members/carol", headers=admin),
+             ev.GROUP_MEMBER_ADDED, "group:legal"),
+            (lambda: client.delete("/v1/admin/groups/legal/members/carol", headers=admin),
+             ev.GROUP_MEMBER_REMOVED, "group:legal"),
+        ]
+        for call, action, target in steps:
+            before = count(settings)
+            assert call().status_code in (200, 201)
+            assert count(settings) == before + 1
+            last = events_of(settings)[-1]
+            assert (last.action, last.target, last.actor, last.tenant, last.request_id, last.result) == (
+                action, target, "root", "acme", "req-42", "success")
+        created = client.post("/v1/admin/keys", json={"user_id": "carol", "name": "laptop"}, headers=admin)
+        key_id, secret = created.json()["id"], created.json()["key"]
+        assert client.delete(f"/v1/admin/keys/{key_id}", headers=admin).status_code == 200
+        assert client.delete("/v1/admin/users/carol", headers=admin).status_code == 200
+        actions = [(e.action, e.target) for e in events_of(settings)[-3:]]
+        assert actions == [(ev.KEY_ISSUED, f"key:{key_id}"), (ev.KEY_REVOKED, f"key:{key_id}"),
+                           (ev.USER_DEACTIVATED, "user:carol")]
+        # The key's secret is never stored in an event, in any form.
+        dumped = json.dumps([[e.before, e.after, e.target, e.actor] for e in events_of(settings)])
+        assert secret not in dumped and secret.split("_", 2)[2] not in dumped
+        assert verify_chain(session_factory(settings)(), hmac_key(settings)).ok
+
+    def test_a_refused_change_writes_no_event(self, server):
+        client, keys, settings = server
+        admin = auth(keys["root"])
+        before = count(settings)
+        assert client.post("/v1/admin/users", json={"id": "alice"}, headers=admin).status_code == 409
+        assert client.delete("/v1/admin/keys/0123456789abcdef", headers=admin).status_code == 404
+        assert client.put("/v1/admin/groups/nope/members/alice", headers=admin).status_code == 404
+        assert client.delete("/v1/admin/users/zed", headers=admin).status_code == 404  # another tenant's
+        assert count(settings) == before
+
+    def test_a_change_that_fails_after_its_event_was_staged_leaves_neither(self, server, monkeypatch):
+        client, keys, settings = server
+        from docqa.server.routes import accounts
+
+        real = accounts.append_event
+
+        def then_fail(*args, **kwargs):
+            real(*args, **kwargs)
+            raise RuntimeError("disk full")
+
+        monkeypatch.setattr(accounts, "append_event", then_fail)
+        before = count(settings)
+        with pytest.raises(RuntimeError):
+            client.post("/v1/admin/users", json={"id": "dave"}, headers=auth(keys["root"]))
+        assert count(settings) == before
+        with session_factory(settings)() as session:
+            assert directory.get_user(session, "acme", "dave") is None
+
+    def test_a_store_deletion_that_fails_rolls_its_event_back(self, server):
+        _, _, settings = server
+        before = count(settings)
+        with pytest.raises(OSError), event_around(settings, tenant="acme", actor="root",
+                                                  action=ev.DOCUMENT_DELETED, target="document:x"):
+            raise OSError("store unavailable")
+        assert count(settings) == before
+
+    def test_failed_sign_ins_are_events_at_most_once_a_minute_per_key(self, server):
+        client, keys, settings = server
+        from docqa.server import auth as auth_module
+
+        auth_module.signin_failures = FailureThrottle()
+        key_id = keys["alice"].split("_")[1]
+        for _ in range(5):
+            assert client.get("/v1/me", headers=auth(f"dq_{key_id}_wrong-secret")).status_code == 401
+        failed = events_of(settings, action=ev.SIGNIN_FAILED)
+        assert len(failed) == 1
+        assert (failed[0].tenant, failed[0].target, failed[0].result) == ("acme", f"key:{key_id}", "failure")
+        assert "wrong-secret" not in json.dumps(failed[0].after)
+
+
+class TestThrottle:
+    def test_one_event_per_source_per_window_and_a_global_ceiling(self):
+        throttle = FailureThrottle(window_s=60, max_events=3, max_sources=100)
+        assert throttle.admit("key:a", now=0) == 0
+        assert throttle.admit("key:a", now=1) is None
+        assert throttle.admit("key:a", now=2) is None
+        assert throttle.admit("key:a", now=61) == 2  # reports the two it swallowed
+        assert [throttle.admit(f"ip:{n}", now=62) for n in range(4)] == [0, 0, None, None]
+
+    def test_tracked_sources_are_bounded(self):
+        throttle = FailureThrottle(window_s=60, max_events=10**6, max_sources=10)
+        for n in range(1000):
+            throttle.admit(f"ip:{n}", now=0)
+        assert len(throttle._seen) == 10
+
+
+@pytest.fixture
+def settings(tmp_path) -> Settings:
+    settings = Settings(data_dir=tmp_path)
+    upgrade_database(settings)
+    return settings
+
+
+def event(settings, at, action, target, **fields):
+    with audit_session(settings) as session:
+        return append_event(session, settings, tenant=fields.pop("tenant", "acme"), actor="root", action=action,
+                            target=target, at=at, **fields).id
+
+
+class TestChainWithEvents:
+    def test_traces_and_events_share_one_chain_that_verifies(self, settings):
+        fill(settings, 2)
+        event(settings, utc(2026, 3, 1), ev.GROUP_CREATED, "group:finance", after={"members": []})
+        fill(settings, 1)
+        event(settings, utc(2026, 3, 1), ev.USER_CREATED, "user:bob", after={"groups": [], "active": True})
+        with session_factory(settings)() as session:
+            report = verify_chain(session, hmac_key(settings))
+            assert (report.ok, report.checked, report.head_seq) == (True, 5, 5)
+            mine = verify_for_tenant(session, hmac_key(settings), "acme")
+            assert (mine.ok, mine.checked, mine.events_checked) == (True, 3, 2)
+        assert [e.seq for e in events_of(settings)] == [3, 5]
+
+    @pytest.mark.parametrize("sql", [
+        "UPDATE audit_events SET after = '{\"groups\": [\"finance\"], \"active\": true}' WHERE seq = 3",
+        "UPDATE audit_events SET actor = 'mallory' WHERE seq = 3",
+        "UPDATE audit_events SET at = '2026-01-01 00:00:00' WHERE seq = 3",
+    ])
+    def test_an_edited_event_breaks_the_chain_at_that_event(self, settings, sql):
+        fill(settings, 2)
+        event_id = event(settings, utc(2026, 3, 1), ev.USER_CREATED, "user:bob", after={"groups": [], "active": True})
+        fill(settings, 1)
+        tamper(settings, (sql, {}))
+        with session_factory(settings)() as session:
+            report = verify_chain(session, hmac_key(settings))
+            assert not report.ok and report.broken.seq == 3 and report.broken.trace_id == event_id
+            assert "edited" in report.broken.reason
+            tenant_view = verify_for_tenant(session, hmac_key(settings), "acme")
+            assert tenant_view.broken.trace_id == event_id
+
+    def test_a_deleted_event_breaks_the_chain(self, settings):
+        fill(settings, 1)
+        event(settings, utc(2026, 3, 1), ev.GROUP_CREATED, "group:x")
+        fill(settings, 1)
+        tamper(settings, ("DELETE FROM audit_events WHERE seq = 2", {}))
+        with session_factory(settings)() as session:
+            report = verify_chain(session, hmac_key(settings))
+        assert not report.ok and report.broken.seq == 2 and "missing" in report.broken.reason
+
+    def test_export_holds_events_and_verifies_offline(self, settings, tmp_path):
+        fill(settings, 1)
+        event(settings, utc(2026, 3, 1), ev.GROUP_CREATED, "group:x")
+        fill(settings, 1)
+        out = tmp_path / "audit.jsonl"
+        with session_factory(settings)() as session:
+            assert export_jsonl(session, out) == 3
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+        assert ["event" in line for line in lines] == [False, True, False]
+        assert verify_jsonl(out, hmac_key(settings)).ok
+        lines[1]["event"]["target"] = "group:y"
+        out.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        report = verify_jsonl(out, hmac_key(settings))
+        assert not report.ok and report.broken.seq == 2
+
+
+T0 = utc(2026, 3, 1, 9)
+
+
+def scripted_history(settings):
+    """bob (user) and finance: the memo is granted to finance, bob joins, leaves; a second doc to bob alone."""
+    event(settings, T0, ev.USER_CREATED, "user:bob", after={"role": "user", "groups": [], "active": True})
+    event(settings, T0, ev.GROUP_CREATED, "group:finance", after={"members": []})
+    event(settings, T0 + timedelta(hours=1), ev.DOCUMENT_INGESTED, "document:memo.txt",
+          after={"access": ["group:finance"], "chunk_ids": ["chunk-1", "chunk-2"]})
+    event(settings, T0 + timedelta(days=1), ev.GROUP_MEMBER_ADDED, "group:finance",
+          before={"members": []}, after={"members": ["bob"], "user": "bob"})
+    event(settings, T0 + timedelta(days=3), ev.GROUP_MEMBER_REMOVED, "group:finance",
+          before={"members": ["bob"]}, after={"members": [], "user": "bob"})
+    event(settings, T0 + timedelta(days=1), ev.DOCUMENT_INGESTED, "document:plan.txt",
+          after={"access": ["user:bob"], "chunk_ids": ["chunk-9"]})
+    event(settings, T0 + timedelta(days=5), ev.DOCUMENT_DELETED, "document:plan.txt",
+          before={"access": ["user:bob"], "chunk_ids": ["chunk-9"]})
+    event(settings, T0, ev.USER_CREATED, "user:bob", tenant="globex",
+          after={"role": "user", "groups": ["finance"], "active": True})
+
+
+class TestAccessReplay:
+    def ask(self, settings, document, at, principal="user:bob", tenant="acme"):
+        with session_factory(settings)() as session:
+            return replay_access(session, tenant=tenant, principal=principal, document=document, at=at)
+
+    def test_a_group_grant_then_a_revocation(self, settings):
+        scripted_history(settings)
+        assert not self.ask(settings, "memo.txt", T0 + timedelta(hours=12)).allowed  # not yet a member
+        yes = self.ask(settings, "memo.txt", T0 + timedelta(days=2))
+        assert yes.allowed
+        assert [e["action"] for e in yes.events] == [ev.USER_CREATED, ev.DOCUMENT_INGESTED, ev.GROUP_MEMBER_ADDED]
+        no = self.ask(settings, "memo.txt", T0 + timedelta(days=4))
+        assert not no.allowed and ev.GROUP_MEMBER_REMOVED in [e["action"] for e in no.events]
+        assert self.ask(settings, "memo.txt", T0 + timedelta(days=2), principal="group:finance").allowed
+
+    def test_chunk_ids_as_traces_cite_them(self, settings):
+        scripted_history(settings)
+        assert self.ask(settings, "chunk-2", T0 + timedelta(days=2)).allowed
+        assert not self.ask(settings, "chunk-7", T0 + timedelta(days=2)).allowed
+
+    def test_a_direct_grant_ends_with_the_documents_deletion_and_the_users_deactivation(self, settings):
+        scripted_history(settings)
+        assert not self.ask(settings, "plan.txt", T0).allowed  # not ingested yet
+        assert self.ask(settings, "chunk-9", T0 + timedelta(days=2)).allowed
+        gone = self.ask(settings, "plan.txt", T0 + timedelta(days=6))
+        assert not gone.allowed and gone.events[-1]["action"] == ev.DOCUMENT_DELETED
+        event(settings, T0 + timedelta(days=2), ev.USER_DEACTIVATED, "user:bob",
+              before={"active": True}, after={"active": False})
+        assert not self.ask(settings, "plan.txt", T0 + timedelta(days=2, hours=1)).allowed
+        assert self.ask(settings, "plan.txt", T0 + timedelta(days=1, hours=1)).allowed
+
+    def test_another_tenants_history_never_counts(self, settings):
+        scripted_history(settings)
+        # globex's bob is in globex's finance group, but the memo is acme's.
+        assert not self.ask(settings, "memo.txt", T0 + timedelta(days=2), tenant="globex").allowed
+        assert not self.ask(settings, "memo.txt", T0 + timedelta(days=2), principal="user:alice").allowed
+
+    def test_cli_exits_0_for_yes_and_1_for_no(self, settings, monkeypatch, capsys):
+        from docqa.server.audit.cli import access_command
+
+        scripted_history(settings)
+
+        class Args:
+            principal, document, tenant, json = "user:bob", "memo.txt", "acme", False
+
+        Args.at = T0 + timedelta(days=2)
+        assert access_command(Args, settings) == 0
+        assert "YES" in capsys.readouterr().out
+        Args.at = T0 + timedelta(days=4)
+        assert access_command(Args, settings) == 1
+        assert "group.member_removed" in capsys.readouterr().out
+
+
+class TestAuditorApi:
+    def test_events_are_listed_filtered_and_exported_for_the_own_tenant_only(self, server):
+        client, keys, _ = server
+        admin = auth(keys["root"])
+        client.post("/v1/admin/users", json={"id": "carol"}, headers=admin)
+        client.post("/v1/admin/groups", json={"name": "legal"}, headers=admin)
+        client.post("/v1/admin/users", json={"id": "zoe"}, headers=auth(keys["zadmin"]))
+        page = client.get("/v1/audit/events", headers=auth(keys["audrey"])).json()
+        assert [(e["action"], e["target"]) for e in page["events"]] == [
+            (ev.GROUP_CREATED, "group:legal"), (ev.USER_CREATED, "user:carol")]
+        only = client.get("/v1/audit/events", params={"action": "user.created", "actor": "root"},
+                          headers=auth(keys["audrey"])).json()
+        assert only["total"] == 1 and only["events"][0]["target"] == "user:carol"
+        theirs = client.get("/v1/audit/events", headers=auth(keys["zaudit"])).json()
+        assert [e["target"] for e in theirs["events"]] == ["user:zoe"]
+        assert client.get("/v1/audit/events", headers=auth(keys["root"])).status_code == 403
+        lines = client.get("/v1/audit/events/export", headers=auth(keys["audrey"])).text.splitlines()
+        assert len(lines) == 2 and all("proof" in json.loads(line) for line in lines)
+        ecs = [json.loads(line) for line in client.get("/v1/audit/events/export", params={"format": "ecs"},
+                                                        headers=auth(keys["audrey"])).text.splitlines()]
+        assert [r["event"]["action"] for r in ecs] == [ev.USER_CREATED, ev.GROUP_CREATED]
+        assert {r["organization"]["id"] for r in ecs} == {"acme"}
+        assert ecs[0]["user"]["name"] == "root" and ecs[0]["event"]["category"] == ["iam"]
+        verified = client.post("/v1/traces/verify", headers=auth(keys["audrey"])).json()
+        assert verified["ok"]
+
+    def test_access_question_over_the_api(self, server):
+        client, keys, settings = server
+        admin = auth(keys["root"])
+        client.post("/v1/admin/users", json={"id": "carol"}, headers=admin)
+        client.post("/v1/admin/groups", json={"name": "legal"}, headers=admin)
+        event(settings, None, ev.DOCUMENT_INGESTED, "document:brief.txt", after={"access": ["group:legal"]})
+        client.put("/v1/admin/groups/legal/members/carol", headers=admin)
+        params = {"principal": "user:carol", "document": "brief.txt", "at": "2100-01-01T00:00:00Z"}
+        yes = client.get("/v1/audit/access", params=params, headers=auth(keys["audrey"])).json()
+        assert yes["allowed"] and ev.GROUP_MEMBER_ADDED in [e["action"] for e in yes["events"]]
+        client.delete("/v1/admin/groups/legal/members/carol", headers=admin)
+        no = client.get("/v1/audit/access", params=params, headers=auth(keys["audrey"])).json()
+        assert not no["allowed"]
+        other = client.get("/v1/audit/access", params=params, headers=auth(keys["zaudit"])).json()
+        assert not other["allowed"] and other["events"] == []
+        naive = {**params, "at": "2100-01-01T00:00:00"}
+        assert client.get("/v1/audit/access", params=naive, headers=auth(keys["audrey"])).status_code == 422
