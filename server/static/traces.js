@@ -1,6 +1,7 @@
 // Auditors: filter and page through traces, open one with every step as a tree, verify the hash chain.
 import { api } from "./api.js";
 import { byId, clear, el, guarded, json, seconds } from "./dom.js";
+import { checkCitationAccess, setupEvents } from "./events.js";
 
 const PAGE = 50;
 let offset = 0;
@@ -120,8 +121,11 @@ async function openTrace(traceId) {
   const citations = byId("detail-citations");
   clear(citations);
   for (const citation of trace.citations || []) {
+    // Links the citation to the access events of its document: could the asker read it when they asked?
+    const access = el("button", { text: "Who could read this?", attrs: { type: "button", "data-citation-access": "" } });
+    access.addEventListener("click", () => checkCitationAccess(trace.asked_by, citation.document_id, trace.asked_at));
     citations.append(el("li", {}, el("div", { className: "source", text: citation.source || citation.document_id }),
-      el("blockquote", { className: "snippet", text: citation.snippet || "" })));
+      el("blockquote", { className: "snippet", text: citation.snippet || "" }), access));
   }
   const steps = byId("detail-steps");
   clear(steps);
@@ -169,4 +173,5 @@ export async function setupTraces() {
   });
   byId("verify-chain").addEventListener("click", (event) => guarded(event.currentTarget, verify));
   await loadTraces();
+  await setupEvents();
 }

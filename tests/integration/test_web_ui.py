@@ -179,6 +179,31 @@ def test_auditor_opens_the_trace_and_verifies_the_chain(page, stack):
     assert page.locator("img").count() == 0
 
 
+def test_auditor_reads_events_and_asks_who_could_read_a_document(page, stack):
+    sign_in(page, stack, "audrey")
+    page.wait_for_selector("#events tbody tr")
+    page.fill("#event-action", "document.")
+    page.click("#event-filter button[type='submit']")
+    deleted = page.locator("#events tbody tr", has_text="document:velvetanchor.txt")
+    deleted.first.wait_for()
+    assert "document.deleted" in deleted.first.inner_text() and "root" in deleted.first.inner_text()
+    assert page.locator("#events tbody tr", has_text=f"document:{HOSTILE_NAME}").count() == 1
+
+    page.fill("#access-principal", "group:finance")
+    page.fill("#access-document", HOSTILE_NAME)
+    page.fill("#access-at", "2100-01-01T00:00Z")
+    page.click("#access-form button[type='submit']")
+    page.wait_for_function("() => /^(YES|NO)/.test(document.querySelector('#access-result').textContent)")
+    result = page.inner_text("#access-result")
+    assert result.startswith("YES") and "document.ingested" in result, result
+
+    page.fill("#access-document", "velvetanchor.txt")
+    page.click("#access-form button[type='submit']")
+    page.wait_for_function("() => /^NO/.test(document.querySelector('#access-result').textContent)")
+    assert "document.deleted" in page.inner_text("#access-result")
+    assert page.locator("img").count() == 0
+
+
 def test_a_rejected_key_shows_the_api_error_and_stays_signed_out(page, stack):
     page.goto(f"{stack.base_url}/ui/")
     page.fill("#api-key", "dq_0000000000000000_notakey")
