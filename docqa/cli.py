@@ -85,7 +85,10 @@ def _print_result(result: Any, as_json: bool) -> None:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return
     print(result.answer or "(no answer)")
-    if result.citations:
+    table = result.steps[-1].outputs.get("table") if result.steps and result.steps[-1].kind == "record_table" else None
+    if table is not None:
+        _print_record_table(table)
+    elif result.citations:
         print("\nSources:")
         for number, citation in enumerate(result.citations, 1):
             print(f"  [{number}] {citation.source or citation.document_id}  (id {citation.document_id})")
@@ -97,12 +100,25 @@ def _print_result(result: Any, as_json: bool) -> None:
     )
 
 
+def _print_record_table(table: dict[str, Any]) -> None:
+    """The answer's record table, one line per record, in date order."""
+    print(f"\nRecord table ({table['shown']} of {table['total']} records):")
+    for row in table["rows"]:
+        value = f"{row['value']} {row['unit'] or ''}".strip() if row["value"] is not None else ""
+        reference = f"ref {row['reference_range']}" if row["reference_range"] else ""
+        cells = [str(row["date"] or "")[:10], row["type"] or "", row["name"] or "", row["code"] or "", value,
+                 reference, row["flag"] or "", row["record_id"][:12]]
+        print("  " + " | ".join(cells))
+    for note in table["notes"]:
+        print(f"  note: {note}")
+
+
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     options: dict[str, Any] = {}
     if args.top_k is not None:
         options["top_k"] = args.top_k
-    run_options = {name: value for name, value in (("as_of", args.as_of), ("patient_id", args.patient))
-                   if value is not None}
+    run_options = {name: value for name, value in (("as_of", args.as_of), ("patient_id", args.patient),
+                                                   ("record_offset", args.record_offset)) if value is not None}
     result = _run_question(
         settings, _runtime(settings), args.pipeline, args.question, _scope(settings, args),
         asked_by=args.asked_by, options=options, run_options=run_options,
@@ -154,24 +170,41 @@ def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
             documents += parse_fhir_bundle(path, tenant=tenant, access=access)
         else:
             raise DocqaError(f"no such file or directory: {path}")
+    from docqa.pipelines.topic_admin import refit_topic_model, tenant_topic_assigner, topic_model_status
+
     runtime = _runtime(settings)
     embedder = runtime.document_embedder()
     embedder.warm_up()
+    # New records are tagged with the tenant's current topic model (by record type), so it stays current.
+    assigner = None if args.refit_topics else tenant_topic_assigner(runtime, tenant)
     written = deleted = 0
     patients = group_by_patient(documents)
     for patient_id, records in patients.items():
         counts = write_patient_records(runtime.document_store, records, tenant=tenant, patient_id=patient_id,
-                                       embedder=embedder)
+                                       embedder=embedder, topic_assigner=assigner)
         written += counts["written"]
         deleted += counts["deleted"]
     print(f"{len(patients)} patients: {written} records written, {deleted} stale records deleted")
+    if args.refit_topics:
+        try:
+            info = refit_topic_model(runtime, tenant)
+        except ValueError as exc:
+            print(f"topic model: not refitted ({exc})", file=sys.stderr)
+        else:
+            print(f"topic model: refitted, version {info.version} ({info.n_topics} topics, {info.mode})")
+            return 0
+    print(topic_model_status(runtime, tenant).message())
     return 0
 
 
 def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.pipelines.topic_admin import refit_topic_model
+    from docqa.pipelines.topic_admin import refit_topic_model, topic_model_status
 
     tenant = args.tenant or settings.tenant
+    if args.action == "status":
+        status = topic_model_status(_runtime(settings), tenant)
+        print(json.dumps(status.to_dict()) if args.json else status.message())
+        return 0
     try:
         info = refit_topic_model(_runtime(settings), tenant)
     except ValueError as exc:
@@ -216,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--asked-by", default="cli", dest="asked_by", help="who is asking, for the audit trail")
     p.add_argument("--as-of", dest="as_of", help="reference date for time-scoped questions (atrag; default: now)")
     p.add_argument("--patient", help="patient id the question is about (atrag)")
+    p.add_argument("--record-offset", type=int, dest="record_offset",
+                   help="atrag: records to skip (newest first) to page through a large exact record set")
     p.set_defaults(handler=cmd_ask)
 
     p = sub.add_parser("demo", help="ingest the bundled sample corpus and answer a question over it")
@@ -228,11 +263,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+")
     p.add_argument("--tenant")
     p.add_argument("--allow", action="append", metavar="PRINCIPAL", help="principal allowed to read (repeatable)")
+    p.add_argument("--refit-topics", action="store_true", dest="refit_topics",
+                   help="fit a new topic model version for the tenant afterwards (else the status is reported)")
     p.set_defaults(handler=cmd_records)
 
     p = sub.add_parser("topics", help="AT-RAG topic model administration")
-    p.add_argument("action", choices=["refit"], help="fit a new topic model version and re-tag the tenant's documents")
+    p.add_argument("action", choices=["refit", "status"],
+                   help="refit: fit a new topic model version and re-tag the tenant's documents; "
+                        "status: whether the latest version covers the tenant's documents")
     p.add_argument("--tenant")
+    p.add_argument("--json", action="store_true", help="status as JSON")
     p.set_defaults(handler=cmd_topics)
 
     p = sub.add_parser("llm", help="manage the embedded local LLM server")

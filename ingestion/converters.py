@@ -45,13 +45,23 @@ class ConvertedText:
     file_type: str
 
 
+# Patient records are not documents: they have their own path, which keeps one record per Document.
+_RECORD_HINTS = {
+    ".json": ". A FHIR R4 bundle is ingested as patient records: `docqa records FILE_OR_FOLDER` "
+             "(HTTP: POST /v1/records)",
+    ".csv": ". A Synthea CSV export is ingested as patient records: `docqa records FOLDER` (the folder holding "
+            "patients.csv)",
+}
+
+
 def file_type_of(name: str) -> str:
     """The file type of a name by suffix; raises `UnsupportedFileError` for anything not in `FILE_TYPES`."""
     suffix = PurePath(name).suffix.lower()
     if suffix not in FILE_TYPES:
         supported = ", ".join(sorted(FILE_TYPES))
         shown = suffix or "no suffix"
-        raise UnsupportedFileError(f"{name}: unsupported file type ({shown}); supported: {supported}")
+        hint = _RECORD_HINTS.get(suffix, "")
+        raise UnsupportedFileError(f"{name}: unsupported file type ({shown}); supported: {supported}{hint}")
     return FILE_TYPES[suffix]
 
 

@@ -6,13 +6,16 @@ runs this. Documents are re-written with the new version's tags (same ids, so in
 Usage:
     info = refit_topic_model(runtime, tenant="acme")
     info.version, info.mode, info.n_topics
+    topic_model_status(runtime, "acme").message()   # after an ingestion: missing, stale or current
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from haystack.document_stores.types import DuplicatePolicy
 
-from docqa.components.topic_assigner import TopicAssigner
+from docqa.components.topic_assigner import VERSION_FIELD, TopicAssigner
 from docqa.components.topic_models import TopicModelInfo
 from docqa.pipelines.atrag import topic_model_dir
 from docqa.runtime import Runtime
@@ -31,3 +34,50 @@ def refit_topic_model(runtime: Runtime, tenant: str) -> TopicModelInfo:
     tagged = assigner.run(documents=documents)["documents"]
     store.write_documents(tagged, policy=DuplicatePolicy.OVERWRITE)
     return info
+
+
+@dataclass(frozen=True)
+class TopicModelStatus:
+    """Whether a tenant's topic model covers its documents: `missing` (none fitted), `stale` (documents not
+    tagged with the latest version, e.g. ingested after it was fitted) or `current`."""
+
+    tenant: str
+    state: str
+    version: int | None
+    documents: int
+    untagged: int
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def message(self) -> str:
+        refit = f"docqa topics refit --tenant {self.tenant}"
+        if self.state == "missing":
+            return (f"topic model: none for tenant {self.tenant!r}, so AT-RAG's topic filter is off (its steps say "
+                    f"no_topic_model); record questions naming a type, code or state do not need it. Fit one with "
+                    f"`{refit}`")
+        if self.state == "stale":
+            return (f"topic model: v{self.version} for tenant {self.tenant!r} is stale: {self.untagged} of "
+                    f"{self.documents} documents are not tagged with it; refit with `{refit}`")
+        return f"topic model: v{self.version} for tenant {self.tenant!r} covers all {self.documents} documents"
+
+
+def tenant_topic_assigner(runtime: Runtime, tenant: str) -> TopicAssigner | None:
+    """The tenant's latest topic model as an assigner for tagging new documents; None when none is fitted."""
+    assigner = TopicAssigner(topic_model_dir(runtime.settings.data_dir, tenant),
+                             document_embedder=runtime.document_embedder())
+    return assigner if assigner.model is not None else None
+
+
+def topic_model_status(runtime: Runtime, tenant: str) -> TopicModelStatus:
+    """How the tenant's latest topic model relates to the tenant's stored documents."""
+    store = runtime.document_store
+    assigner = TopicAssigner(topic_model_dir(runtime.settings.data_dir, tenant))
+    model = assigner.model
+    tenant_filter = {"field": "meta.tenant", "operator": "==", "value": tenant}
+    everything = store.filter_documents(filters=tenant_filter)
+    documents = len(everything)
+    if model is None:
+        return TopicModelStatus(tenant, "missing", None, documents, documents)
+    untagged = sum(1 for d in everything if d.meta.get(VERSION_FIELD) != model.version)
+    return TopicModelStatus(tenant, "stale" if untagged else "current", model.version, documents, untagged)

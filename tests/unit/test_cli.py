@@ -78,11 +78,18 @@ class TestRecordsAndTopics:
         first = run_cli(tmp_path, "records", str(smallest), "--allow", "group:clinicians")
         assert first.returncode == 0, first.stderr
         assert first.stdout.startswith("1 patients: ") and "0 stale records deleted" in first.stdout
+        # No topic model yet: the admin is told, and how to fit one.
+        assert "topic model: none for tenant" in first.stdout and "docqa topics refit" in first.stdout
         again = run_cli(tmp_path, "records", str(smallest), "--allow", "group:clinicians")
-        assert again.stdout == first.stdout
+        assert again.stdout == first.stdout, again.stderr
         refit = run_cli(tmp_path, "topics", "refit")
         assert refit.returncode == 0, refit.stderr
         assert "topic model version 1" in refit.stdout and "(supervised)" in refit.stdout
+        # Records written later are tagged with the current version, so it stays current.
+        after = run_cli(tmp_path, "records", str(smallest), "--allow", "group:clinicians")
+        assert "topic model: v1" in after.stdout and "covers all" in after.stdout, after.stdout
+        status = run_cli(tmp_path, "topics", "status", "--json")
+        assert status.returncode == 0 and '"state": "current"' in status.stdout, status.stderr
 
     def test_records_missing_path(self, tmp_path):
         assert_one_line_error(run_cli(tmp_path, "records", str(tmp_path / "none.json")), "no such file")

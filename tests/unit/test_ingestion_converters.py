@@ -72,6 +72,13 @@ class TestConversionErrors:
         with pytest.raises(UnsupportedFileError, match="unsupported file type"):
             convert_bytes(b"content", name, LIMIT)
 
+    @pytest.mark.parametrize(("name", "command"), [("Max_Kris.json", "docqa records FILE_OR_FOLDER"),
+                                                   ("observations.csv", "docqa records FOLDER")])
+    def test_records_files_point_at_the_records_command(self, name: str, command: str) -> None:
+        with pytest.raises(UnsupportedFileError, match="unsupported file type") as raised:
+            convert_bytes(b"{}", name, LIMIT)
+        assert command in str(raised.value)
+
     def test_oversized(self) -> None:
         with pytest.raises(FileTooLargeError, match="the limit is 10 bytes"):
             convert_bytes(b"x" * 11, "big.txt", 10)
