@@ -1,0 +1,78 @@
+"""Record answers over HTTP: the record table's rows in `citations[].record`, paging with `record_offset`, and
+only the caller's tenant and groups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from haystack import Document
+
+from docqa.runtime import Runtime
+from docqa.server.app import create_app
+from docqa.server.config import ServerSettings
+from docqa.server.schema import upgrade_database
+from tests.support.scripted_chat import ScriptedChatGenerator
+from tests.support.server_app import ACCOUNTS, auth, seed_accounts
+
+AS_OF = "2020-06-01T00:00:00Z"
+
+
+def _lab(record_id: str, day: str, value: float, tenant: str = "acme", access: str = "group:finance") -> Document:
+    return Document(id=record_id, content=f"HbA1c {value} %", meta={
+        "tenant": tenant, "access": [access], "patient_id": "p1", "record_type": "lab_result",
+        "title": "Hemoglobin A1c/Hemoglobin.total in Blood", "code": "4548-4", "value": value, "unit": "%",
+        "effective_start": day, "effective_start_utc": day, "source": f"bundle.json#Observation/{record_id}"})
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Any:
+    settings = ServerSettings(data_dir=tmp_path / "data")
+    upgrade_database(settings)
+    keys = seed_accounts(settings, ACCOUNTS)
+    runtime = Runtime(settings, chat_generator_factory=lambda _role: ScriptedChatGenerator(default="Answer: n/a"))
+    runtime.document_store.write_documents([
+        _lab("a1c-1", "2018-01-01T00:00:00Z", 5.4), _lab("a1c-2", "2019-01-01T00:00:00Z", 6.1),
+        _lab("a1c-3", "2020-01-01T00:00:00Z", 7.0),
+        _lab("other-tenant", "2019-06-01T00:00:00Z", 9.9, tenant="globex"),
+        _lab("other-group", "2019-06-01T00:00:00Z", 9.8, access="group:hr"),
+    ])
+    with TestClient(create_app(settings, runtime=runtime)) as client:
+        yield client, keys
+
+
+def _ask(client: TestClient, key: str, **fields: Any) -> dict[str, Any]:
+    response = client.post("/v1/query", headers=auth(key), json={
+        "question": "HbA1c over the last three years", "pipeline": "atrag", "as_of": AS_OF, "patient_id": "p1",
+        "options": {"max_scoped_records": 2, "max_iterations": 1}, **fields})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_citations_carry_the_record_rows_and_pages_follow(server: Any) -> None:
+    client, keys = server
+    first = _ask(client, keys["alice"])
+    assert [c["document_id"] for c in first["citations"]] == ["a1c-2", "a1c-3"]
+    assert first["citations"][1]["record"]["value"] == 7.0 and first["citations"][1]["record"]["unit"] == "%"
+    table = first["steps"][-1]["outputs"]["table"]
+    assert (table["total"], table["shown"], table["complete"]) == (3, 2, False)
+    assert first["answer"].startswith("3 matching records")  # the model said nothing usable
+    rest = _ask(client, keys["alice"], record_offset=2)
+    assert [c["document_id"] for c in rest["citations"]] == ["a1c-1"]
+
+
+def test_other_tenants_and_groups_stay_out(server: Any) -> None:
+    client, keys = server
+    bob = _ask(client, keys["bob"])  # same tenant, not in group:finance
+    assert bob["citations"] == [] and bob["steps"][-1]["outputs"]["table"]["total"] == 0
+    zed = _ask(client, keys["zed"])  # another tenant
+    assert zed["citations"] == []
+
+
+def test_negative_record_offset_is_422(server: Any) -> None:
+    client, keys = server
+    response = client.post("/v1/query", headers=auth(keys["alice"]), json={
+        "question": "HbA1c since 2015", "pipeline": "atrag", "patient_id": "p1", "record_offset": -1})
+    assert response.status_code == 422, response.text
