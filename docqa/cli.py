@@ -57,6 +57,10 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         progress=not args.quiet,
     )
     _print_ingest_report(report)
+    for path in paths:
+        if path.is_dir() and ((path / "patients.csv").is_file() or any(path.glob("*.json"))):
+            print(f"note: {path} holds patient records (a Synthea CSV export or FHIR bundles), which are not "
+                  f"documents: ingest them with `docqa records {path}`", file=sys.stderr)
     return 0 if not report.failed else 1
 
 

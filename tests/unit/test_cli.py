@@ -91,5 +91,12 @@ class TestRecordsAndTopics:
         status = run_cli(tmp_path, "topics", "status", "--json")
         assert status.returncode == 0 and '"state": "current"' in status.stdout, status.stderr
 
+    def test_ingest_points_record_folders_at_the_records_command(self, tmp_path):
+        folder = tmp_path / "export"
+        folder.mkdir()
+        (folder / "patients.csv").write_text("Id,BIRTHDATE\n")
+        proc = run_cli(tmp_path, "ingest", "-q", str(folder))
+        assert f"docqa records {folder}" in proc.stderr, proc.stderr
+
     def test_records_missing_path(self, tmp_path):
         assert_one_line_error(run_cli(tmp_path, "records", str(tmp_path / "none.json")), "no such file")
