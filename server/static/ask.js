@@ -19,8 +19,73 @@ function citationItem(citation) {
   return el("li", {}, head, el("blockquote", { className: "snippet", text: citation.snippet || "" }));
 }
 
+const RECORD_COLUMNS = [["date", "Date"], ["type", "Type"], ["name", "Name"], ["code", "Code"], ["value", "Value"],
+  ["reference_range", "Reference range"], ["flag", "Flag"], ["record_id", "Record id"]];
+
+function cellText(row, key) {
+  if (key === "date") return String(row.date || "").slice(0, 10);
+  if (key === "value") return row.value === null || row.value === undefined ? "" : `${row.value} ${row.unit || ""}`.trim();
+  if (key === "record_id") return String(row.record_id || "").slice(0, 12);
+  return row[key] === null || row[key] === undefined ? "" : String(row[key]);
+}
+
+/** A line chart of one numeric series (a trend: one code, several dates) in the page's SVG element. */
+function drawTrend(rows) {
+  const svg = byId("trend-chart");
+  clear(svg);
+  const points = rows.filter((r) => typeof r.value === "number" && r.date);
+  const codes = new Set(points.map((r) => r.code));
+  svg.toggleAttribute("hidden", points.length < 2 || codes.size !== 1);
+  if (svg.hasAttribute("hidden")) return;
+  // The HTML parser put the element in the SVG namespace; its children are created in the same one.
+  const make = (tag, attrs) => {
+    const node = document.createElementNS(svg.namespaceURI, tag);
+    for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
+    return node;
+  };
+  const width = 480, height = 160, pad = 28;
+  const times = points.map((r) => Date.parse(r.date)), values = points.map((r) => r.value);
+  const [t0, t1] = [Math.min(...times), Math.max(...times)], [v0, v1] = [Math.min(...values), Math.max(...values)];
+  const x = (t) => (pad + ((t - t0) / ((t1 - t0) || 1)) * (width - 2 * pad)).toFixed(1);
+  const y = (v) => (height - pad - ((v - v0) / ((v1 - v0) || 1)) * (height - 2 * pad)).toFixed(1);
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("aria-label", `${points[0].name}: ${values.join(", ")} ${points[0].unit || ""}`);
+  svg.append(make("polyline", { points: points.map((r, i) => `${x(times[i])},${y(r.value)}`).join(" "),
+                                fill: "none", stroke: "currentColor" }));
+  points.forEach((r, i) => {
+    const dot = make("circle", { cx: x(times[i]), cy: y(r.value), r: 3 });
+    const title = make("title", {});
+    title.textContent = `${cellText(r, "date")}: ${cellText(r, "value")}${r.flag ? ` (${r.flag})` : ""}`;
+    dot.append(title);
+    svg.append(dot);
+  });
+  for (const [value, yPos] of [[v1, pad - 6], [v0, height - pad + 14]]) {
+    const label = make("text", { x: 2, y: yPos });
+    label.textContent = String(value);
+    svg.append(label);
+  }
+}
+
+/** The answer's record table (rows computed from the records, in `citations[].record`). */
+function showRecordTable(result) {
+  const holder = byId("record-table");
+  clear(holder);
+  const rows = (result.citations || []).map((c) => c.record).filter(Boolean);
+  const last = (result.steps || [])[result.steps.length - 1];
+  const table = last && last.kind === "record_table" ? (last.outputs || {}).table : null;
+  holder.hidden = !table;
+  drawTrend(table ? rows : []);
+  if (!table) return;
+  holder.append(el("h3", { text: `Records (${table.shown} of ${table.total})` }));
+  const head = el("tr", {}, ...RECORD_COLUMNS.map(([, label]) => el("th", { text: label, attrs: { scope: "col" } })));
+  const body = el("tbody", {}, ...rows.map((row) => el("tr", {}, ...RECORD_COLUMNS.map(([key]) => el("td", { text: cellText(row, key) })))));
+  holder.append(el("table", { className: "records" }, el("thead", {}, head), body));
+  for (const note of table.notes || []) holder.append(el("p", { className: "muted", text: note }));
+}
+
 function showResult(result) {
   byId("answer-text").textContent = result.answer || "(no answer)";
+  showRecordTable(result);
   byId("answer-pipeline").textContent = result.pipeline || "";
   byId("trace-id").textContent = result.trace_id || "(not recorded)";
   const list = byId("citations");
@@ -30,14 +95,14 @@ function showResult(result) {
   byId("answer").hidden = false;
 }
 
-async function ask(pipeline, question) {
+async function ask(pipeline, question, inputs = {}) {
   const status = byId("ask-status");
   const steps = byId("steps");
   clear(steps);
   byId("answer").hidden = true;
   status.textContent = "Working…";
   let finished = false;
-  await apiStream("/v1/query", { question, pipeline, stream: true }, (event, data) => {
+  await apiStream("/v1/query", { question, pipeline, stream: true, ...inputs }, (event, data) => {
     if (event === "selection") {
       status.textContent = `Pipeline ${data.pipeline || pipeline}${data.reason ? ` (${data.reason})` : ""}; working…`;
     } else if (event === "step") {
@@ -69,6 +134,14 @@ export async function setupAsk() {
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const question = /** @type {HTMLTextAreaElement} */ (byId("question")).value.trim();
-    if (question) guarded(byId("ask-button"), () => ask(select.value, question));
+    // Patient and as-of are AT-RAG's inputs; other strategies refuse them, so they are sent only to atrag.
+    const inputs = {};
+    if (select.value === "atrag") {
+      const patient = /** @type {HTMLInputElement} */ (byId("patient-id")).value.trim();
+      const asOf = /** @type {HTMLInputElement} */ (byId("as-of")).value.trim();
+      if (patient) inputs.patient_id = patient;
+      if (asOf) inputs.as_of = asOf;
+    }
+    if (question) guarded(byId("ask-button"), () => ask(select.value, question, inputs));
   });
 }

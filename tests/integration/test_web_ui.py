@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -212,3 +213,30 @@ def test_a_rejected_key_shows_the_api_error_and_stays_signed_out(page, stack):
     assert page.text_content("#error") == "invalid or revoked API key (unauthorized)"
     assert page.is_visible("#signin-view")
     assert page.evaluate("sessionStorage.getItem('docqa.apiKey')") is None
+
+
+FHIR_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "records" / "synthea_fhir_r4"
+
+
+def test_user_reads_a_record_table_and_its_trend_chart(page, stack):
+    import httpx
+
+    bundles = sorted(FHIR_DIR.glob("*.json"), key=lambda p: p.stat().st_size)
+    if not bundles:
+        pytest.skip(f"shared Synthea data not found at {FHIR_DIR}")
+    with bundles[0].open("rb") as handle:
+        uploaded = httpx.post(f"{stack.base_url}/v1/records", headers=stack.auth("root"), timeout=120,
+                              files={"bundle": (bundles[0].name, handle, "application/json")},
+                              data={"access": ["group:finance"]})
+    assert uploaded.status_code == 200, uploaded.text
+    patient = uploaded.json()["patient_id"]
+    sign_in(page, stack, "alice")
+    page.wait_for_selector("#pipeline option[value='atrag']", state="attached")
+    page.select_option("#pipeline", "atrag")
+    page.fill("#patient-id", patient)
+    page.fill("#as-of", "2030-01-01")
+    ask(page, "Body weight since 1900", "atrag")
+    rows = page.locator("#record-table tbody tr")
+    assert rows.count() == 4
+    assert "Body Weight" in (rows.first.text_content() or "")
+    assert page.locator("#trend-chart:not([hidden]) circle").count() == 4
