@@ -10,7 +10,12 @@ of the answer's record table are compared with the gold set as multisets of
 does not depend on it. Each patient is asked twice: as of the day after the last encounter and as of the day
 after the median encounter. Prints a table; asserts nothing.
 
-    nice python bench/record_sets.py [--fhir-only | --csv-only] [-v]
+With --baseline, every record is also embedded, a topic model fitted, and each question answered the way the
+scoped path worked before record queries: the time window's filters (patient, dates, "abnormal"; read by the
+current TimeScopeResolver, so with its newer date forms) then the topic filter over the window; its precision
+and recall are printed beside ("before P/R").
+
+    nice python bench/record_sets.py [--fhir-only | --csv-only] [--baseline] [-v]
 """
 
 from __future__ import annotations
@@ -36,11 +41,13 @@ from typing import Any
 from dateutil.relativedelta import relativedelta
 from haystack.dataclasses import ChatMessage
 
-from docqa.access import AccessScope
+from docqa.access import AccessScope, restrict
 from docqa.components.clinical_terms import observation_terms
+from docqa.components.time_scope_resolver import scope_filters
 from docqa.datasets import shared_data_dir
 from docqa.ingestion.records import parse_fhir_bundle, parse_synthea_csv_dir
 from docqa.pipelines.registry import build_pipeline
+from docqa.pipelines.topic_admin import refit_topic_model
 from docqa.runtime import Runtime
 from docqa.settings import Settings
 
@@ -340,6 +347,18 @@ class ConstantChatGenerator:
         return {"replies": [ChatMessage.from_assistant("Yes", meta={"model": "constant", "usage": {}})]}
 
 
+def _baseline_ids(pipeline: Any, question: str, scope: AccessScope, as_of: str, patient: str) -> list[str]:
+    """The scoped path before record queries: window filters from the time scope, then the topic filter."""
+    resolved = pipeline.time_resolver.run(question=question, as_of=as_of, patient_id=patient,
+                                          filters=restrict(scope, None))
+    time_scope = resolved["scope"]
+    scoped = time_scope.kind != "none"
+    retriever = pipeline._topic_retriever(scope.tenant, scoped)
+    top_k = pipeline.max_scoped_records if scoped else pipeline.top_k
+    documents = retriever.run(query=question, filters=restrict(scope, scope_filters(time_scope)), top_k=top_k)
+    return [d.id for d in documents["documents"]]
+
+
 def main() -> None:
     records_dir = shared_data_dir() / "records"
     if not records_dir.is_dir():
@@ -364,11 +383,20 @@ def main() -> None:
               for d in documents[:2000]]
     with tempfile.TemporaryDirectory() as workdir:
         runtime = Runtime(Settings(data_dir=Path(workdir)), chat_generator_factory=lambda role: ConstantChatGenerator())
+        baseline = "--baseline" in sys.argv
+        if baseline:
+            embedder = runtime.document_embedder()
+            embedder.warm_up()
+            documents = embedder.run(documents=documents)["documents"]
         runtime.document_store.write_documents(documents + decoys)
+        if baseline:
+            info = refit_topic_model(runtime, TENANT)
+            print(f"topic model v{info.version} ({info.mode}, {info.n_topics} topics) for the baseline")
         pipeline = build_pipeline("atrag", runtime, max_iterations=1, max_scoped_records=1000)
         scope = AccessScope(tenant=TENANT, principals=frozenset({"clinicians"}))
         print(f"{len(documents)} records of {len(by_patient)} patients (+{len(decoys)} decoys of another tenant)")
         totals: dict[str, list[int]] = {kind: [0, 0, 0, 0, 0] for kind in KINDS}  # hit, retrieved, gold, asked, exact
+        before: dict[str, list[int]] = {kind: [0, 0] for kind in KINDS}  # baseline hit, retrieved
         latencies = []
         for patient, records in sorted(by_patient.items()):
             last = _last_encounter(records, datetime.max.replace(tzinfo=UTC))
@@ -396,18 +424,28 @@ def main() -> None:
                 row[2] += sum(wanted.values())
                 row[3] += 1
                 row[4] += int(retrieved == wanted)
+                if baseline:
+                    old = _baseline_ids(pipeline, question, scope, as_of.strftime(UTC_TEXT), patient)
+                    old_retrieved = Counter(keys.get(i, ("foreign", i, "", "", "")) for i in old)
+                    before[kind][0] += sum((old_retrieved & wanted).values())
+                    before[kind][1] += sum(old_retrieved.values())
                 if verbose and retrieved != wanted:
                     print(f"  miss {kind} {patient[:8]} as_of {as_of.date()}: {question!r} "
                           f"extra {list((retrieved - wanted).elements())[:3]} "
                           f"missing {list((wanted - retrieved).elements())[:3]}")
     print(f"\n{'question kind':<32} {'asked':>5} {'exact':>5} {'gold':>6} {'returned':>8} {'precision':>9} "
-          f"{'recall':>6}")
+          f"{'recall':>6}" + (f" | {'before P':>8} {'before R':>8}" if "--baseline" in sys.argv else ""))
     all_hit = all_retrieved = all_gold = 0
     for kind, (hit, retrieved, gold, asked, exact) in totals.items():
         precision = hit / retrieved if retrieved else (1.0 if not gold else 0.0)
         recall = hit / gold if gold else 1.0
         all_hit, all_retrieved, all_gold = all_hit + hit, all_retrieved + retrieved, all_gold + gold
-        print(f"{kind:<32} {asked:>5} {exact:>5} {gold:>6} {retrieved:>8} {precision:>9.3f} {recall:>6.3f}")
+        old = ""
+        if "--baseline" in sys.argv:
+            old_hit, old_retrieved = before[kind]
+            old_precision = old_hit / old_retrieved if old_retrieved else 0.0
+            old = f" | {old_precision:>8.3f} {old_hit / gold if gold else 1.0:>8.3f}"
+        print(f"{kind:<32} {asked:>5} {exact:>5} {gold:>6} {retrieved:>8} {precision:>9.3f} {recall:>6.3f}{old}")
     print(f"{'all kinds (micro)':<32} {'':>5} {'':>5} {all_gold:>6} {all_retrieved:>8} "
           f"{all_hit / max(all_retrieved, 1):>9.3f} {all_hit / max(all_gold, 1):>6.3f}")
     latencies.sort()
