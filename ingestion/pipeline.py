@@ -199,9 +199,28 @@ def ingest_paths(
     """
     files = list(expand_paths(paths))
     sources = (Source(source_id=str(path), name=path.name, path=path) for path in files)
-    return ingest_documents(
+    report = ingest_documents(
         runtime, sources, tenant, access, progress=progress, embedder=embedder, total=len(files)
     )
+    _audit_written(runtime.settings, report, tenant, access)
+    return report
+
+
+def _audit_written(settings: Any, report: IngestReport, tenant: str, access: Sequence[str]) -> None:
+    # Synchronous ingestion (`docqa ingest`) has no job transaction: each written document's event is committed
+    # right after the store write, by the operating-system user who ran it.
+    if not report.written:
+        return
+    from docqa.server.audit.cli import cli_actor
+    from docqa.server.audit.events import DOCUMENT_INGESTED, append_event
+    from docqa.server.audit.recorder import audit_session
+
+    with audit_session(settings) as session:
+        for item in report.written:
+            append_event(session, settings, tenant=tenant, actor=cli_actor(), action=DOCUMENT_INGESTED,
+                         target=f"document:{item.source_id}",
+                         after={"access": sorted(set(access)), "chunks": item.chunks,
+                                "chunk_ids": list(item.chunk_ids)})
 
 
 def _ingest_batch(

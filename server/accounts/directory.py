@@ -108,6 +108,28 @@ def set_membership(session: Session, tenant: str, group_name: str, user_id: str,
     return group
 
 
+def update_user(
+    session: Session, tenant: str, user_id: str, *, role: str | None = None, display_name: str | None = None,
+    groups: list[str] | None = None, active: bool | None = None,
+) -> User:
+    """Change a user's role, display name, groups (replaced whole; new groups are created) or active state."""
+    user = get_user(session, tenant, user_id)
+    if user is None:
+        raise AccountError("not_found", f"user {user_id!r} not found")
+    if role is not None:
+        if role not in ROLES:
+            raise AccountError("invalid_role", f"role must be one of {', '.join(ROLES)}")
+        user.role = role
+    if display_name is not None:
+        user.display_name = display_name
+    if groups is not None:
+        user.groups = [_group_or_create(session, tenant, check_name("group", g)) for g in sorted(set(groups))]
+    if active is not None:
+        user.active = active
+    session.flush()
+    return user
+
+
 def deactivate_user(session: Session, tenant: str, user_id: str) -> User:
     """Deactivated users keep their history (traces name them) but every key of theirs stops working."""
     user = get_user(session, tenant, user_id)

@@ -115,6 +115,41 @@ def create_user(body: UserIn, caller: AdminCaller, context: ContextDep, request_
     return out
 
 
+class UserChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role | None = None
+    groups: list[str] | None = Field(default=None, max_length=100)
+    display_name: str | None = Field(default=None, max_length=200)
+    active: bool | None = None
+
+
+def _state(out: UserOut) -> dict[str, object]:
+    return {"role": out.role, "groups": out.groups, "display_name": out.display_name, "active": out.active}
+
+
+@router.patch("/users/{user_id}", response_model=UserOut, summary="Change a user's role, groups, name or state")
+def change_user(user_id: str, body: UserChange, caller: AdminCaller, context: ContextDep,
+                request_id: RequestId) -> UserOut:
+    with audit_session(context.settings) as session:
+        existing = directory.get_user(session, caller.tenant, user_id)
+        before = None if existing is None else _state(_user_out(existing))
+        try:
+            user = directory.update_user(session, caller.tenant, user_id, role=body.role, groups=body.groups,
+                                         display_name=body.display_name, active=body.active)
+        except AccountError as exc:
+            raise _fail(exc) from exc
+        out = _user_out(user)
+        after = _state(out)
+        if before != after:  # only what changed is an event; a no-op records nothing
+            changed = sorted(k for k in after if before is None or before[k] != after[k])
+            append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
+                         action=events.USER_CHANGED, target=f"user:{out.id}", request_id=request_id,
+                         before={k: before[k] for k in changed} if before else None,
+                         after={k: after[k] for k in changed})
+    return out
+
+
 @router.delete("/users/{user_id}", response_model=UserOut, summary="Deactivate a user (all their keys stop)")
 def deactivate_user(user_id: str, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> UserOut:
     with audit_session(context.settings) as session:

@@ -331,3 +331,104 @@ class TestAuditorApi:
         assert not other["allowed"] and other["events"] == []
         naive = {**params, "at": "2100-01-01T00:00:00"}
         assert client.get("/v1/audit/access", params=naive, headers=auth(keys["audrey"])).status_code == 422
+
+
+class TestUserChanges:
+    def test_a_role_or_group_change_is_one_event_with_what_changed(self, server):
+        client, keys, settings = server
+        admin = auth(keys["root"])
+        before = count(settings)
+        changed = client.patch("/v1/admin/users/bob", json={"role": "admin", "groups": ["finance"]}, headers=admin)
+        assert changed.status_code == 200 and changed.json()["role"] == "admin"
+        last = events_of(settings)[-1]
+        assert count(settings) == before + 1
+        assert (last.action, last.target, last.before, last.after) == (
+            ev.USER_CHANGED, "user:bob", {"groups": [], "role": "user"}, {"groups": ["finance"], "role": "admin"})
+        assert client.patch("/v1/admin/users/bob", json={"role": "admin"}, headers=admin).status_code == 200
+        assert client.patch("/v1/admin/users/zed", json={"role": "admin"}, headers=admin).status_code == 404
+        assert client.patch("/v1/admin/users/bob", json={"role": "root"}, headers=admin).status_code == 422
+        assert count(settings) == before + 1  # no-ops and refusals record nothing
+
+    def test_a_group_change_by_patch_counts_in_the_access_replay(self, settings):
+        event(settings, T0, ev.USER_CREATED, "user:bob", after={"role": "user", "groups": [], "active": True})
+        event(settings, T0, ev.DOCUMENT_INGESTED, "document:memo.txt", after={"access": ["group:finance"]})
+        event(settings, T0 + timedelta(days=1), ev.USER_CHANGED, "user:bob",
+              before={"groups": []}, after={"groups": ["finance"]})
+        event(settings, T0 + timedelta(days=2), ev.USER_CHANGED, "user:bob",
+              before={"active": True}, after={"active": False})
+        with session_factory(settings)() as session:
+            def could(at):
+                return replay_access(session, tenant="acme", principal="user:bob", document="memo.txt", at=at).allowed
+            assert [could(T0 + timedelta(hours=h)) for h in (1, 25, 49)] == [False, True, False]
+
+
+class TestDocumentEvents:
+    def test_synchronous_ingestion_records_each_written_document(self, tmp_path):
+        from docqa.ingestion.pipeline import ingest_paths
+        from docqa.runtime import Runtime
+        from docqa.stores.factory import build_document_store
+        from tests.support.ingestion_fakes import CountingEmbedder
+
+        settings = Settings(data_dir=tmp_path)
+        runtime = Runtime(settings, document_store=build_document_store(settings))
+        path = tmp_path / "memo.txt"
+        path.write_text("The finance memo says the budget grows. " * 10)
+        report = ingest_paths(runtime, [path], "acme", ["group:finance"], embedder=CountingEmbedder())
+        assert len(report.written) == 1
+        ingest_paths(runtime, [path], "acme", ["group:finance"], embedder=CountingEmbedder())  # unchanged: skipped
+        [written] = events_of(settings)
+        chunk_ids = [d.id for d in runtime.document_store.filter_documents()]
+        assert (written.action, written.target, written.tenant) == (ev.DOCUMENT_INGESTED, f"document:{path}", "acme")
+        assert written.after["access"] == ["group:finance"] and sorted(written.after["chunk_ids"]) == sorted(chunk_ids)
+        assert written.actor.startswith("cli:")
+
+    def test_deleting_through_the_api_records_the_access_list_it_had(self, server):
+        from docqa.ingestion.jobs import delete_document
+        from docqa.ingestion.pipeline import Source, ingest_documents
+        from tests.support.ingestion_fakes import CountingEmbedder
+
+        client, keys, settings = server
+        runtime = client.app.state.context.runtime
+        ingest_documents(runtime, [Source("memo.txt", "memo.txt", text="Budget memo. " * 30)], "acme",
+                         ["group:finance"], embedder=CountingEmbedder())
+        store = runtime.document_store
+        real = store.delete_documents
+
+        def broken(ids):
+            raise OSError("store unavailable")
+
+        store.delete_documents = broken
+        before = count(settings)
+        with pytest.raises(OSError):
+            delete_document(runtime, "acme", "memo.txt", actor="root")
+        assert count(settings) == before  # the store refused: no event
+        store.delete_documents = real
+        response = client.delete("/v1/documents/memo.txt", headers={**auth(keys["root"]), "X-Request-ID": "del-1"})
+        assert response.status_code == 200
+        last = events_of(settings)[-1]
+        assert (last.action, last.target, last.actor, last.request_id) == (
+            ev.DOCUMENT_DELETED, "document:memo.txt", "root", "del-1")
+        assert last.before["access"] == ["group:finance"] and last.after is None
+
+    def test_a_job_records_each_written_item_with_its_outcome_and_nothing_for_failed_or_skipped_ones(
+            self, tmp_path, monkeypatch):
+        from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+        from docqa.ingestion.jobs import Upload, submit_job
+        from tests.unit.test_ingestion_jobs import FakeRuntime
+
+        FakeRuntime.store = InMemoryDocumentStore()
+        monkeypatch.setattr("docqa.runtime.Runtime", FakeRuntime)
+        settings = Settings(data_dir=tmp_path, chunk_words=20, chunk_overlap_words=5)
+        uploads = [Upload("a.txt", b"alpha " * 30), Upload("sheet.xlsx", b"cells"), Upload("b.txt", b"beta " * 5)]
+        job_id = submit_job(settings, tenant="acme", access=["group:hr"], uploads=uploads, submitted_by="root")
+        submit_job(settings, tenant="acme", access=["group:hr"], uploads=uploads[:1], submitted_by="root")
+        written = events_of(settings)
+        assert [(e.action, e.target, e.actor, e.request_id) for e in written] == [
+            (ev.DOCUMENT_INGESTED, "document:a.txt", "root", job_id),
+            (ev.DOCUMENT_INGESTED, "document:b.txt", "root", job_id)]
+        chunk = FakeRuntime.store.filter_documents()[0]
+        with session_factory(settings)() as session:
+            answer = replay_access(session, tenant="acme", principal="group:hr", document=chunk.id,
+                                   at=utc(2100, 1, 1))
+        assert answer.allowed and answer.events[0]["target"] == f"document:{chunk.meta['source_id']}"
