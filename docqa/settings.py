@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     # Embeddings: None means the packaged all-MiniLM-L6-v2; any local sentence-transformers directory works.
     embedding_model: str | None = None
     embedding_batch_size: int = 32
+    # `torch` (sentence-transformers on PyTorch), `onnx` (the model exported once to ONNX under data_dir/models,
+    # verified to embed like PyTorch) or `onnx-int8` (that export, int8-quantised: a separate embedding space).
+    embedding_backend: Literal["torch", "onnx", "onnx-int8"] = "torch"
+    # ONNX Runtime intra-op threads; 0 means OMP_NUM_THREADS if set, else the runtime's default.
+    embedding_threads: int = Field(default=0, ge=0)
 
     # Retrieval defaults.
     top_k: int = Field(default=5, ge=1, le=100)

@@ -7,6 +7,13 @@ tombstones. `PRAGMA data_version` tells cheaply whether another connection commi
 a quiet store costs one pragma per query. Overwrites and metadata updates re-insert the row under a new
 sequence number, so catching up never needs to look at old rows.
 
+The store records which embedding space (model, fingerprint, fp32 or int8; see `docqa.embedding.embedding_space`)
+its embeddings belong to, on the first write of an embedded document, and refuses writes and dense queries of
+another space with `EmbeddingSpaceMismatchError`: switching models or backends never mixes embeddings in one
+index. `torch` and `onnx` share one space (the export is verified to agree within 1e-4); `onnx-int8` does not.
+A store written before spaces were recorded takes the space of its next embedded write; emptying the store
+(`delete_all_documents`) forgets it.
+
 Usage:
     store = EmbeddedDocumentStore(path="/var/lib/docqa/store/documents.sqlite3")
     store.write_documents([Document(content="Paris is the capital of France", meta={"tenant": "t"})])
@@ -32,6 +39,7 @@ from haystack.document_stores.errors import DocumentStoreError, DuplicateDocumen
 from haystack.document_stores.types import DuplicatePolicy
 from haystack.utils import expit
 
+from docqa.errors import DocqaError
 from docqa.stores import metadata
 from docqa.stores.filters import compile_filters
 from docqa.stores.search_index import IndexedRow, SearchIndex
@@ -61,8 +69,16 @@ _SCHEMA = (
     END""",
     "CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
     "INSERT OR IGNORE INTO store_info (key, value) VALUES ('epoch', 0)",
+    "CREATE TABLE IF NOT EXISTS store_text (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
 _COLUMNS = "seq, id, content, meta, embedding, embedding_dtype, extra"
+
+
+class EmbeddingSpaceMismatchError(DocumentStoreError, DocqaError):
+    """The store holds embeddings of another model or backend than the one configured."""
+
+    code = "embedding_space_mismatch"
+    http_status = 409
 
 
 class EmbeddedDocumentStore:
@@ -72,6 +88,8 @@ class EmbeddedDocumentStore:
     :param embedding_similarity_function: "cosine" or "dot_product" (equal for normalised embeddings).
     :param bm25_k1: BM25 term-frequency saturation.
     :param bm25_b: BM25 length normalisation.
+    :param embedding_space: identity of the configured embedder (`docqa.embedding.embedding_space`); None
+        records and checks nothing.
     """
 
     def __init__(
@@ -80,6 +98,7 @@ class EmbeddedDocumentStore:
         embedding_similarity_function: Literal["cosine", "dot_product"] = "cosine",
         bm25_k1: float = 1.5,
         bm25_b: float = 0.75,
+        embedding_space: str | None = None,
     ) -> None:
         if not path:
             raise ValueError("EmbeddedDocumentStore needs a file path")
@@ -91,6 +110,7 @@ class EmbeddedDocumentStore:
         self.embedding_similarity_function = embedding_similarity_function
         self.bm25_k1 = bm25_k1
         self.bm25_b = bm25_b
+        self.embedding_space = embedding_space
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
@@ -105,6 +125,7 @@ class EmbeddedDocumentStore:
             embedding_similarity_function=self.embedding_similarity_function,
             bm25_k1=self.bm25_k1,
             bm25_b=self.bm25_b,
+            embedding_space=self.embedding_space,
         )
 
     @classmethod
@@ -134,12 +155,19 @@ class EmbeddedDocumentStore:
         return self._conn
 
     def _reset_index(self) -> None:
-        self._index = SearchIndex(k1=self.bm25_k1, b=self.bm25_b, similarity=self.embedding_similarity_function)
+        self._index = self._new_index()
         self._epoch = -1
         self._max_seq = 0
         self._max_log = 0
         self._data_version = -1
         self._dirty = True
+
+    def _new_index(self) -> SearchIndex:
+        return SearchIndex(
+            k1=self.bm25_k1,
+            b=self.bm25_b,
+            similarity=self.embedding_similarity_function,
+        )
 
     def _refresh(self) -> SearchIndex:
         """Bring the index up to date with everything committed so far (cheap when nothing changed)."""
@@ -161,7 +189,7 @@ class EmbeddedDocumentStore:
     def _catch_up(self, conn: sqlite3.Connection) -> None:
         epoch = conn.execute("SELECT value FROM store_info WHERE key = 'epoch'").fetchone()[0]
         if epoch != self._epoch:
-            self._index = SearchIndex(k1=self.bm25_k1, b=self.bm25_b, similarity=self.embedding_similarity_function)
+            self._index = self._new_index()
             self._epoch, self._max_seq = epoch, 0
             self._max_log = conn.execute("SELECT COALESCE(MAX(log_seq), 0) FROM deletions").fetchone()[0]
             deleted: list[int] = []
@@ -238,6 +266,8 @@ class EmbeddedDocumentStore:
                 unique[doc.id] = doc
         rows = [_row(doc) for doc in unique.values()]
         with self._write() as conn:
+            if self.embedding_space and any(r[3] is not None for r in rows):
+                self._check_space(conn, record=True)
             existing = self._existing_ids(conn, list(unique))
             if existing and policy == DuplicatePolicy.FAIL:
                 raise DuplicateDocumentError(f"ID '{sorted(existing)[0]}' already exists in the document store")
@@ -262,6 +292,7 @@ class EmbeddedDocumentStore:
         with self._write() as conn:
             conn.execute("DELETE FROM documents")
             conn.execute("DELETE FROM deletions")
+            conn.execute("DELETE FROM store_text WHERE key = 'embedding_space'")
             conn.execute("UPDATE store_info SET value = value + 1 WHERE key = 'epoch'")
 
     def delete_by_filter(self, filters: dict[str, Any]) -> int:
@@ -354,6 +385,8 @@ class EmbeddedDocumentStore:
         if filters:
             compile_filters(filters)
         with self._lock:
+            if self.embedding_space:
+                self._check_space(self._connection(), record=False)
             hits = self._refresh().dense(
                 query_embedding, top_k=top_k, filters=filters or None, load_fields=self._load_fields
             )
@@ -401,6 +434,27 @@ class EmbeddedDocumentStore:
         )
 
     # ---- helpers -------------------------------------------------------------------------------------------
+
+    def recorded_embedding_space(self) -> str | None:
+        """The embedding space of the stored embeddings, if recorded."""
+        with self._lock:
+            row = self._connection().execute("SELECT value FROM store_text WHERE key = 'embedding_space'").fetchone()
+            return row[0] if row else None
+
+    def _check_space(self, conn: sqlite3.Connection, record: bool) -> None:
+        row = conn.execute("SELECT value FROM store_text WHERE key = 'embedding_space'").fetchone()
+        if row is None:
+            if record:
+                conn.execute(
+                    "INSERT INTO store_text (key, value) VALUES ('embedding_space', ?)", (self.embedding_space,)
+                )
+            return
+        if row[0] != self.embedding_space:
+            raise EmbeddingSpaceMismatchError(
+                f"the document store at {self.path} holds embeddings of {row[0]}, but the configured embedder "
+                f"produces {self.embedding_space}: set DOCQA_EMBEDDING_MODEL / DOCQA_EMBEDDING_BACKEND back, or "
+                "re-ingest into an empty store (embeddings of different spaces are never mixed in one index)"
+            )
 
     def _matching_metas(self, filters: dict[str, Any] | None) -> list[dict[str, Any]]:
         if filters:

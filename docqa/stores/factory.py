@@ -40,7 +40,10 @@ def build_document_store(settings: Settings, *, index: str | None = None) -> Any
     :param index: Elasticsearch index name (defaults to `settings.elasticsearch_index`); ignored when embedded.
     """
     if not settings.elasticsearch_url:
-        return EmbeddedDocumentStore(path=str(settings.store_dir() / STORE_FILE))
+        return EmbeddedDocumentStore(
+            path=str(settings.store_dir() / STORE_FILE),
+            embedding_space=_space(settings),
+        )
     from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
 
     return ElasticsearchDocumentStore(
@@ -71,3 +74,14 @@ def build_retrievers(store: Any, settings: Settings) -> tuple[Any, Any]:
     return ElasticsearchBM25Retriever(
         document_store=store, top_k=top_k, fuzziness="0"
     ), ElasticsearchEmbeddingRetriever(document_store=store, top_k=top_k)
+
+
+def _space(settings: Settings) -> str | None:
+    """The configured embedder's space; None (nothing recorded or checked) when the model is missing."""
+    from docqa.embedding import embedding_space
+    from docqa.errors import ModelNotFoundError
+
+    try:
+        return embedding_space(settings)
+    except ModelNotFoundError:
+        return None

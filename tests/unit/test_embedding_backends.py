@@ -1,0 +1,166 @@
+"""ONNX embedding backends against PyTorch, their one-time export, and the store's refusal to mix embedding spaces.
+
+The export of the packaged model happens once per module (about 20 s on two cores), into a temporary data dir.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from haystack import Document
+
+import docqa.embedding as embedding
+from docqa.embedding import (
+    OnnxDocumentEmbedder,
+    OnnxTextEmbedder,
+    build_document_embedder,
+    build_text_embedder,
+    embedding_space,
+    ensure_onnx_export,
+)
+from docqa.settings import Settings
+from docqa.stores.embedded import EmbeddedDocumentStore, EmbeddingSpaceMismatchError
+from docqa.stores.factory import build_document_store
+
+TEXTS = [
+    "The cat sat on the warm windowsill all afternoon.",
+    "Quarterly earnings rose because of strong cloud sales.",
+    "Who was the director of the film that won the Palme d'Or in 1994?",
+    "Hemoglobin A1c 7.2 % (abnormal), measured on 2019-03-04.",
+    "short",
+    " ".join(["a passage longer than the model's maximum sequence length"] * 60),
+]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def torch_vectors(data_dir) -> np.ndarray:
+    embedder = build_document_embedder(Settings(data_dir=data_dir, embedding_backend="torch"))
+    embedder.warm_up()
+    docs = embedder.run(documents=[Document(content=t) for t in TEXTS])["documents"]
+    return np.asarray([d.embedding for d in docs])
+
+
+class TestOnnxBackends:
+    @pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
+    def test_document_embeddings_agree_with_pytorch(self, data_dir, torch_vectors, backend):
+        embedder = build_document_embedder(Settings(data_dir=data_dir, embedding_backend=backend))
+        assert isinstance(embedder, OnnxDocumentEmbedder)
+        docs = [Document(content=t, meta={"i": i}) for i, t in enumerate(TEXTS)]
+        out = embedder.run(documents=docs)["documents"]
+        assert [d.meta for d in out] == [d.meta for d in docs]
+        vectors = np.asarray([d.embedding for d in out])
+        cosine = (vectors * torch_vectors).sum(axis=1)
+        if backend == "onnx":
+            assert cosine.min() >= 0.99
+            assert np.abs(vectors - torch_vectors).max() < 1e-4
+        else:
+            # int8 weights: 0.99 on average; a one-word text comes out lowest (0.988 measured).
+            assert cosine.mean() >= 0.99
+            assert cosine.min() >= 0.98
+
+    def test_query_embedding_is_normalised_and_matches_document_embedding(self, data_dir):
+        settings = Settings(data_dir=data_dir, embedding_backend="onnx")
+        text_embedder = build_text_embedder(settings)
+        assert isinstance(text_embedder, OnnxTextEmbedder)
+        vector = np.asarray(text_embedder.run(text=TEXTS[0])["embedding"])
+        assert vector.shape == (384,)
+        assert float(vector @ vector) == pytest.approx(1.0, abs=1e-5)
+        doc = build_document_embedder(settings).run(documents=[Document(content=TEXTS[0])])["documents"][0]
+        assert np.allclose(vector, doc.embedding, atol=1e-5)
+
+    def test_export_is_recorded_and_reused(self, data_dir, monkeypatch):
+        model = embedding.embedding_model_path(Settings())
+        export = ensure_onnx_export(model, str(data_dir / "models"))
+        assert (export / "model.onnx").is_file()
+        assert '"max_abs_diff"' in (export / "export.json").read_text()
+        monkeypatch.setattr(embedding, "_export_fp32", lambda *a: pytest.fail("exported twice"))
+        assert ensure_onnx_export(model, str(data_dir / "models")) == export
+
+    def test_components_round_trip_through_to_dict(self, data_dir):
+        embedder = OnnxDocumentEmbedder(model="/m", cache_dir=str(data_dir), quantize=True, threads=1, batch_size=8)
+        again = OnnxDocumentEmbedder.from_dict(embedder.to_dict())
+        assert (again.model, again.quantize, again.threads, again.batch_size) == ("/m", True, 1, 8)
+        text = OnnxTextEmbedder.from_dict(OnnxTextEmbedder(model="/m", cache_dir=str(data_dir)).to_dict())
+        assert text.model == "/m"
+        assert not text.quantize
+
+
+def test_concurrent_exports_run_once_and_never_expose_a_partial_directory(tmp_path, monkeypatch):
+    calls = []
+    barrier = threading.Barrier(4)
+
+    def fake_export(model_path, destination):
+        calls.append(model_path)
+        destination.write_bytes(b"onnx")
+
+    monkeypatch.setattr(embedding, "_export_fp32", fake_export)
+    monkeypatch.setattr(embedding, "_verify", lambda *a: {"ok": True})
+    model = embedding.embedding_model_path(Settings())
+    results: list[Path] = []
+
+    def worker():
+        barrier.wait()
+        results.append(ensure_onnx_export(model, str(tmp_path)))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert len(set(results)) == 1
+    assert sorted(p.name for p in results[0].iterdir()) == ["export.json", "model.onnx"]
+    assert not [p for p in results[0].parent.iterdir() if p.name.startswith(".")]
+
+
+class TestEmbeddingSpaces:
+    def test_torch_and_onnx_share_a_space_and_int8_does_not(self):
+        spaces = {b: embedding_space(Settings(embedding_backend=b)) for b in ("torch", "onnx", "onnx-int8")}
+        assert spaces["torch"] == spaces["onnx"]
+        assert spaces["torch"].endswith(":fp32")
+        assert spaces["onnx-int8"].endswith(":int8")
+
+    def test_factory_passes_the_configured_space(self, tmp_path):
+        store = build_document_store(Settings(data_dir=tmp_path, embedding_backend="onnx-int8"))
+        assert store.embedding_space == embedding_space(Settings(embedding_backend="onnx-int8"))
+        store.close()
+
+    def test_mismatched_space_is_refused_for_writes_and_dense_queries(self, tmp_path):
+        path = str(tmp_path / "documents.sqlite3")
+        fp32 = EmbeddedDocumentStore(path=path, embedding_space="m:abc:fp32")
+        fp32.write_documents([Document(id="a", content="alpha", embedding=[1.0, 0.0])])
+        assert fp32.recorded_embedding_space() == "m:abc:fp32"
+
+        int8 = EmbeddedDocumentStore(path=path, embedding_space="m:abc:int8")
+        with pytest.raises(EmbeddingSpaceMismatchError, match=r"holds embeddings of m:abc:fp32.*m:abc:int8"):
+            int8.write_documents([Document(id="b", content="beta", embedding=[0.0, 1.0])])
+        with pytest.raises(EmbeddingSpaceMismatchError, match="DOCQA_EMBEDDING_BACKEND"):
+            int8.embedding_retrieval([1.0, 0.0])
+        # Nothing was written; text-only writes and BM25 need no embeddings and stay allowed.
+        assert fp32.count_documents() == 1
+        int8.write_documents([Document(id="c", content="gamma")])
+        assert [d.id for d in int8.bm25_retrieval("gamma")] == ["c"]
+        assert [d.id for d in fp32.embedding_retrieval([1.0, 0.0], top_k=1)] == ["a"]
+
+        int8.delete_all_documents()
+        int8.write_documents([Document(id="b", content="beta", embedding=[0.0, 1.0])])
+        assert int8.recorded_embedding_space() == "m:abc:int8"
+        with pytest.raises(EmbeddingSpaceMismatchError):
+            fp32.embedding_retrieval([1.0, 0.0])
+        for store in (fp32, int8):
+            store.close()
+
+    def test_store_without_a_configured_space_records_and_checks_nothing(self, tmp_path):
+        store = EmbeddedDocumentStore(path=str(tmp_path / "s.sqlite3"))
+        store.write_documents([Document(id="a", content="alpha", embedding=[1.0, 0.0])])
+        assert store.recorded_embedding_space() is None
+        assert EmbeddedDocumentStore.from_dict(store.to_dict()).embedding_space is None
+        store.close()
