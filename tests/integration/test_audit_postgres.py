@@ -90,6 +90,45 @@ class TestAppendOnlyOnPostgres:
         assert verify(settings).ok
 
 
+class TestEventsOnPostgres:
+    def add_event(self, settings, target="group:x"):
+        from docqa.server.audit import events as ev
+        from docqa.server.audit.events import append_event
+        from docqa.server.audit.recorder import audit_session
+
+        with audit_session(settings) as session:
+            return append_event(session, settings, tenant="acme", actor="root", action=ev.GROUP_CREATED,
+                                target=target).id
+
+    def test_events_interleave_with_traces_and_are_append_only(self, settings, pg_url):
+        fill(settings, 1)
+        self.add_event(settings)
+        fill(settings, 1)
+        assert verify(settings).ok and verify(settings).checked == 3
+        for sql in ("UPDATE audit_events SET actor = 'mallory'", "DELETE FROM audit_events",
+                    "TRUNCATE audit_events"):
+            with pytest.raises(DBAPIError, match="append-only"):
+                TestAppendOnlyOnPostgres().run_sql(pg_url, sql)
+        database = pg_url.rsplit("/", 1)[1]
+        with login_role("docqa_app") as role:
+            app = Settings(data_dir=settings.data_dir, database_url=database_url(database, role))
+            self.add_event(app, "group:y")
+            with pytest.raises(DBAPIError, match="permission denied"):
+                TestAppendOnlyOnPostgres().run_sql(app.resolved_database_url(), "UPDATE audit_events SET actor = 'x'")
+        assert verify(settings).ok and verify(settings).checked == 4
+
+    def test_concurrent_admin_changes_and_answers_never_fork_the_chain(self, settings):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(4) as pool:
+            jobs = [pool.submit(self.add_event, settings, f"group:g{n}") for n in range(20)]
+            jobs += [pool.submit(fill, settings, 1) for _ in range(10)]
+            for job in jobs:
+                job.result()
+        report = verify(settings)
+        assert report.ok and report.checked == 30 and report.head_seq == 30
+
+
 @pytest.fixture(scope="module")
 def corpus_runtime(tmp_path_factory):
     """An embedded store with a few documents, the packaged embedder, and scripted LLMs for every role."""
