@@ -84,6 +84,9 @@ class StepRecorder:
         try:
             yield step
         except BaseException as exc:
+            # Haystack wraps a component's error in PipelineRuntimeError: the step records the component's own.
+            if type(exc).__name__ == "PipelineRuntimeError" and exc.__cause__ is not None:
+                exc = exc.__cause__
             step.error = f"{type(exc).__name__}: {exc}"
             raise
         finally:

@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     max_llm_calls_per_question: int = Field(default=64, ge=1)
     # Directory of prompt files that override the packaged templates of the same name.
     prompts_dir: Path | None = None
+    # Directory of Haystack YAML strategies: each `NAME.yaml` is a strategy called NAME (docqa and Haystack
+    # component types only); an invalid file is logged and skipped.
+    pipelines_dir: Path | None = None
+    # OTLP HTTP endpoint (e.g. http://otel-collector:4318): every component run is also an OpenTelemetry span.
+    otel_exporter_otlp_endpoint: str | None = None
 
     # ReSP: iteration limit M, and the cosine similarity from which a planned sub-question repeats an asked one.
     resp_max_iterations: int = Field(default=3, ge=1, le=10)

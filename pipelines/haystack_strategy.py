@@ -1,0 +1,270 @@
+"""A `haystack.Pipeline` as a docqa strategy: the `QAPipeline` contract around any pipeline graph.
+
+The contract between docqa and a strategy's graph:
+- inputs: every open (unconnected) input socket named `question` or `query` receives the question; every
+  `filters` socket receives the caller's access filters, built here from the scope (never from the request or
+  the YAML); other open sockets may take the strategy's runtime inputs by name (e.g. `as_of`).
+- access: a component that holds a document store must take those filters through an open `filters` socket,
+  and no `filters` socket may be fed by another component (checked when the strategy is built).
+- outputs: exactly one pipeline output named `answer`; optional `cited_documents` (the citations) and
+  `stop_reason`. A run that produces no answer (e.g. a blocked graph, which Haystack returns as `{}`) is an error.
+- steps: one per component run, from docqa's Haystack tracer (`docqa.step_tracer`); the step kind is the
+  strategy's mapping, else the component's `step_kind` attribute, else a guess from its class name.
+- config: the pipeline's `to_dict()` plus the models by role; its hash is the config hash of every answer.
+
+Usage:
+    strategy = HaystackStrategy("standard", pipeline, models={"generator": "qwen"}, max_question_chars=2000)
+    result = strategy.run("What is the hotel limit?", scope)
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from haystack import Pipeline, tracing
+from haystack.core.errors import PipelineRuntimeError
+from haystack.core.serialization import component_to_dict, generate_qualified_class_name
+
+from docqa.access import AccessScope, restrict
+from docqa.errors import ConfigurationError
+from docqa.pipelines.base import citations_from_documents, finish, validate_question
+from docqa.recording import StepRecorder
+from docqa.result import PipelineResult
+from docqa.step_tracer import enable_step_tracing, installed_tracer, record_steps
+
+QUESTION_SOCKETS = ("question", "query")
+FILTERS_SOCKET = "filters"
+ANSWER_OUTPUT = "answer"
+CITATIONS_OUTPUT = "cited_documents"
+STOP_REASON_OUTPUT = "stop_reason"
+
+_KIND_BY_SUFFIX = (
+    ("Retriever", "retrieval"),
+    ("Generator", "generation"),
+    ("Embedder", "embedding"),
+    ("Joiner", "fusion"),
+    ("Ranker", "ranking"),
+    ("Router", "routing"),
+    ("Builder", "prompt"),
+    ("Grader", "grading"),
+    ("Summarizer", "summary"),
+)
+
+
+def step_kind_of(instance: Any) -> str:
+    """The step kind of a component: its `step_kind` attribute, else a guess from its class name."""
+    kind = getattr(instance, "step_kind", None)
+    if isinstance(kind, str) and kind:
+        return kind
+    name = type(instance).__name__
+    for suffix, guessed in _KIND_BY_SUFFIX:
+        if name.endswith(suffix):
+            return guessed
+    return "component"
+
+
+def holds_document_store(data: Any) -> bool:
+    """True when a serialized component (or anything nested in its init parameters) has a `document_store`."""
+    if isinstance(data, Mapping):
+        return "document_store" in data or any(holds_document_store(v) for v in data.values())
+    if isinstance(data, list | tuple):
+        return any(holds_document_store(v) for v in data)
+    return False
+
+
+def safe_pipeline_dict(pipeline: Pipeline) -> dict[str, Any]:
+    """`pipeline.to_dict()`, or, when a component cannot be serialized, the same shape with that component's
+    type and the reason (so a run is still hashed and audited)."""
+    try:
+        return pipeline.to_dict()
+    except Exception:  # any component's to_dict may fail; the config must still exist
+        pass
+    components: dict[str, Any] = {}
+    for name, instance in pipeline.walk():
+        try:
+            components[name] = component_to_dict(instance, name)
+        except Exception as exc:
+            components[name] = {
+                "type": generate_qualified_class_name(type(instance)),
+                "init_parameters": {"unserializable": f"{type(exc).__name__}: {exc}"},
+            }
+    connections = [
+        {"sender": f"{sender}.{data['from_socket'].name}", "receiver": f"{receiver}.{data['to_socket'].name}"}
+        for sender, receiver, data in pipeline.graph.edges.data()
+    ]
+    return {"metadata": pipeline.metadata, "max_runs_per_component": pipeline._max_runs_per_component,
+            "components": components, "connections": connections}
+
+
+def check_access_wiring(pipeline: Pipeline, serialized: dict[str, Any] | None = None) -> None:
+    """Refuse a graph where retrieval could run without the caller's access filters.
+
+    :raises ConfigurationError: a component with a document store takes no `filters`, or a component's
+        `filters` come from another component rather than from docqa.
+    """
+    serialized = serialized or safe_pipeline_dict(pipeline)
+    for name, instance in pipeline.walk():
+        sockets = instance.__haystack_input__._sockets_dict  # type: ignore[attr-defined]
+        socket = sockets.get(FILTERS_SOCKET)
+        if socket is not None and socket.senders:
+            raise ConfigurationError(
+                f"component {name!r} takes its filters from {', '.join(socket.senders)}; "
+                "filters may only come from docqa (the caller's access scope)"
+            )
+        component_data = serialized.get("components", {}).get(name, {})
+        if (holds_document_store(component_data) or hasattr(instance, "document_store")) and socket is None:
+            raise ConfigurationError(
+                f"component {name!r} reads a document store but takes no `filters` input, "
+                "so docqa cannot apply the caller's access filters to it"
+            )
+
+
+def _ensure_tracing() -> None:
+    installed = installed_tracer()
+    if installed is None or tracing.tracer.actual_tracer is not installed:
+        tracer = installed or enable_step_tracing()
+        tracing.enable_tracing(tracer)
+
+
+class HaystackStrategy:
+    """Runs a `haystack.Pipeline` as a docqa strategy (see the module docstring for the contract).
+
+    :param name: the strategy name (registry name, or the YAML file's stem).
+    :param pipeline: the graph; checked here for its inputs, outputs and access wiring.
+    :param models: model name per LLM role, recorded in the config.
+    :param max_question_chars: questions longer than this are refused before any work.
+    :param kinds: step kind per component name (overrides `step_kind_of`).
+    :param summary: extra config entries (e.g. `top_k`) shown next to the pipeline's `to_dict()`.
+    :param input_names: runtime inputs (beside question and filters) the strategy takes by socket name.
+    :raises ConfigurationError: the graph breaks the contract.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        pipeline: Pipeline,
+        *,
+        models: Mapping[str, str | None] | None = None,
+        max_question_chars: int,
+        kinds: Mapping[str, str] | None = None,
+        summary: Mapping[str, Any] | None = None,
+        input_names: tuple[str, ...] = (),
+    ) -> None:
+        self.name = name
+        self.pipeline = pipeline
+        self.models = dict(models or {})
+        self.max_question_chars = max_question_chars
+        self.input_names = input_names
+        self.summary = dict(summary or {})
+        self.kinds = {n: step_kind_of(c) for n, c in pipeline.walk()} | dict(kinds or {})
+        self._config: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+        check_access_wiring(pipeline, self._pipeline_dict())
+        self._plan_inputs()
+        self._plan_outputs()
+
+    # ---- contract checks ------------------------------------------------------------------------------------
+
+    def _plan_inputs(self) -> None:
+        self._question_sockets: list[tuple[str, str]] = []
+        self._filter_sockets: list[tuple[str, str]] = []
+        self._input_sockets: list[tuple[str, str]] = []
+        missing = []
+        for component_name, sockets in self.pipeline.inputs(include_components_with_connected_inputs=False).items():
+            connected = self.pipeline.get_component(component_name).__haystack_input__._sockets_dict  # type: ignore
+            for socket, spec in sockets.items():
+                if connected[socket].senders:  # a variadic socket fed by other components
+                    continue
+                if socket in QUESTION_SOCKETS:
+                    self._question_sockets.append((component_name, socket))
+                elif socket == FILTERS_SOCKET:
+                    self._filter_sockets.append((component_name, socket))
+                elif socket in self.input_names:
+                    self._input_sockets.append((component_name, socket))
+                elif spec.get("is_mandatory"):
+                    missing.append(f"{component_name}.{socket}")
+        if missing:
+            raise ConfigurationError(
+                f"pipeline {self.name!r} needs inputs docqa does not provide: {', '.join(sorted(missing))} "
+                f"(docqa provides {', '.join((*QUESTION_SOCKETS, FILTERS_SOCKET, *self.input_names))})"
+            )
+        if not self._question_sockets:
+            raise ConfigurationError(f"pipeline {self.name!r} has no open `question` or `query` input")
+
+    def _plan_outputs(self) -> None:
+        found: dict[str, list[str]] = {ANSWER_OUTPUT: [], CITATIONS_OUTPUT: [], STOP_REASON_OUTPUT: []}
+        for component_name, sockets in self.pipeline.outputs().items():
+            for socket in sockets:
+                if socket in found:
+                    found[socket].append(component_name)
+        for socket, owners in found.items():
+            if len(owners) > 1:
+                raise ConfigurationError(
+                    f"pipeline {self.name!r} has several `{socket}` outputs ({', '.join(sorted(owners))}); "
+                    "connect all but one"
+                )
+        if not found[ANSWER_OUTPUT]:
+            raise ConfigurationError(f"pipeline {self.name!r} has no unconnected `{ANSWER_OUTPUT}` output")
+        self._outputs = {socket: owners[0] for socket, owners in found.items() if owners}
+
+    # ---- QAPipeline -----------------------------------------------------------------------------------------
+
+    def _pipeline_dict(self) -> dict[str, Any]:
+        return safe_pipeline_dict(self.pipeline)
+
+    def config(self) -> dict[str, Any]:
+        """The pipeline's `to_dict()`, the models by role and the summary; computed once (a shallow copy: treat
+        nested values as read-only)."""
+        with self._lock:
+            if self._config is None:
+                self._config = copy.deepcopy({**self._pipeline_dict(), **self.summary, "pipeline": self.name,
+                                              "models": dict(self.models)})
+            return dict(self._config)
+
+    def pipeline_data(self, question: str, filters: dict[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The `Pipeline.run` data: the question, the access filters and the runtime inputs, per socket."""
+        unknown = sorted(set(inputs) - set(self.input_names))
+        if unknown:
+            raise ConfigurationError(f"pipeline {self.name!r} does not take {', '.join(unknown)}")
+        data: dict[str, dict[str, Any]] = {}
+        for component_name, socket in self._question_sockets:
+            data.setdefault(component_name, {})[socket] = question
+        for component_name, socket in self._filter_sockets:
+            data.setdefault(component_name, {})[socket] = filters
+        for component_name, socket in self._input_sockets:
+            if inputs.get(socket) is not None:
+                data.setdefault(component_name, {})[socket] = inputs[socket]
+        return data
+
+    def run(self, question: str, scope: AccessScope, filters: dict[str, Any] | None = None,
+            **inputs: Any) -> PipelineResult:
+        question = validate_question(question, self.max_question_chars)
+        data = self.pipeline_data(question, restrict(scope, filters), inputs)
+        recorder = StepRecorder()
+        _ensure_tracing()
+        with record_steps(recorder, self.kinds):
+            try:
+                outputs = self.pipeline.run(data)
+            except PipelineRuntimeError as exc:
+                # The component's own error (LLM unavailable, budget exceeded, run stopped) is what callers handle.
+                if exc.__cause__ is not None:
+                    raise exc.__cause__ from None
+                raise
+        answer_of = self._outputs[ANSWER_OUTPUT]
+        if ANSWER_OUTPUT not in outputs.get(answer_of, {}):
+            raise ConfigurationError(
+                f"pipeline {self.name!r} produced no answer (the graph may be blocked); outputs: "
+                f"{', '.join(sorted(outputs)) or 'none'}"
+            )
+        answer = outputs[answer_of][ANSWER_OUTPUT]
+        cited = outputs.get(self._outputs.get(CITATIONS_OUTPUT, ""), {}).get(CITATIONS_OUTPUT) or []
+        stop_reason = outputs.get(self._outputs.get(STOP_REASON_OUTPUT, ""), {}).get(STOP_REASON_OUTPUT)
+        return finish(self, question, answer if isinstance(answer, str) else str(answer),
+                      citations_from_documents(cited), recorder, stop_reason=stop_reason)
+
+    def dumps(self) -> str:
+        """The strategy as Haystack YAML (`Pipeline.dumps()`)."""
+        return self.pipeline.dumps()

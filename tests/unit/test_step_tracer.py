@@ -1,0 +1,102 @@
+"""docqa's Haystack tracer: component runs become steps, also fanned out to OpenTelemetry."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from haystack import Pipeline, component, tracing
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from docqa.access import AccessScope
+from docqa.components.prompt_templates import load_prompt
+from docqa.pipelines.baselines import NoRetrievalPipeline
+from docqa.recording import StepRecorder
+from docqa.settings import Settings
+from docqa.step_tracer import FanOutTracer, StepTracer, enable_step_tracing, otel_tracer, record_steps
+from tests.support.scripted_chat import ScriptedChatGenerator
+
+ALICE = AccessScope("acme", frozenset({"alice"}))
+
+
+@component
+class Double:
+    @component.output_types(value=int)
+    def run(self, value: int) -> dict:
+        return {"value": value * 2}
+
+
+@pytest.fixture
+def restore_tracer():
+    yield
+    enable_step_tracing(extra_tracers=[])
+
+
+def _pipeline() -> Pipeline:
+    pipeline = Pipeline()
+    pipeline.add_component("first", Double())
+    pipeline.add_component("second", Double())
+    pipeline.connect("first.value", "second.value")
+    return pipeline
+
+
+class TestStepTracer:
+    def test_component_runs_become_steps_only_inside_record_steps(self, restore_tracer):
+        enable_step_tracing(extra_tracers=[])
+        assert isinstance(tracing.tracer.actual_tracer, StepTracer)
+        pipeline = _pipeline()
+        recorder = StepRecorder()
+        with record_steps(recorder, {"first": "arithmetic"}):
+            assert pipeline.run({"first": {"value": 3}}) == {"second": {"value": 12}}
+        assert [(s.kind, s.name, s.inputs, s.outputs) for s in recorder.steps] == [
+            ("arithmetic", "first", {"value": 3}, {"value": 6}),
+            ("component", "second", {"value": 6}, {"value": 12}),
+        ]
+        pipeline.run({"first": {"value": 1}})
+        assert len(recorder.steps) == 2
+
+
+class TestOpenTelemetry:
+    def test_every_component_run_is_also_a_span(self, restore_tracer):
+        exporter = InMemorySpanExporter()
+        enable_step_tracing(extra_tracers=[otel_tracer("", exporter=exporter)])
+        assert isinstance(tracing.tracer.actual_tracer, FanOutTracer)
+        strategy = NoRetrievalPipeline(ScriptedChatGenerator(default="Paris"),
+                                       prompt_template=load_prompt("no_retrieval_answer"), max_tokens=8,
+                                       max_question_chars=100, model="scripted")
+        result = strategy.run("Capital of France?", ALICE)
+
+        assert [(s.kind, s.name) for s in result.steps] == [("generation", "generator")]
+        spans = {span.name: span for span in exporter.get_finished_spans()}
+        assert set(spans) == {"haystack.pipeline.run", "haystack.component.run"}
+        component_span = spans["haystack.component.run"]
+        assert component_span.attributes["haystack.component.name"] == "generator"
+        assert component_span.parent.span_id == spans["haystack.pipeline.run"].context.span_id
+
+    def test_spans_reach_an_otlp_http_receiver_on_loopback(self, restore_tracer):
+        received: list[str] = []
+
+        class Receiver(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                received.append(self.path)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = HTTPServer(("127.0.0.1", 0), Receiver)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            settings = Settings(otel_exporter_otlp_endpoint=f"http://127.0.0.1:{server.server_port}")
+            tracer = enable_step_tracing(settings, extra_tracers=[])
+            assert isinstance(tracer, FanOutTracer)
+            _pipeline().run({"first": {"value": 1}})
+            tracer.tracers[1].provider.force_flush()
+            assert received and set(received) == {"/v1/traces"}
+        finally:
+            tracer.tracers[1].provider.shutdown()
+            server.shutdown()
