@@ -31,11 +31,25 @@ def _runtime(settings: Settings) -> Any:
     return Runtime(settings)
 
 
+def _load_strategy_files(settings: Settings) -> list[str]:
+    from docqa.pipelines.yaml_strategies import load_pipelines_dir
+
+    return load_pipelines_dir(settings)
+
+
 def cmd_pipelines(args: argparse.Namespace, settings: Settings) -> int:
     from docqa.pipelines.registry import available_pipelines
 
+    errors = _load_strategy_files(settings)
+    if getattr(args, "pipelines_command", None) == "export":
+        from docqa.pipelines.yaml_strategies import export_strategy
+
+        sys.stdout.write(export_strategy(args.name, _runtime(settings)))
+        return 0
     for spec in available_pipelines():
         print(f"{spec.name:14} {spec.description}")
+    for error in errors:
+        print(f"skipped: {error}", file=sys.stderr)
     return 0
 
 
@@ -70,8 +84,11 @@ def _run_question(settings: Settings, runtime: Any, pipeline_name: str, question
     from docqa.pipelines.registry import build_pipeline, check_inputs
     from docqa.run_control import OUTCOME_CANCELLED, RunControl
     from docqa.server.audit.recorder import answer_with_audit
+    from docqa.step_tracer import enable_step_tracing
 
     validate_question(question, settings.max_question_chars)
+    enable_step_tracing(settings)
+    _load_strategy_files(settings)
     run_options = check_inputs(pipeline_name, run_options)
     pipeline = build_pipeline(pipeline_name, runtime, **options)
     control = RunControl.from_settings(settings)
@@ -232,8 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("pipelines", help="list the question-answering strategies")
+    p = sub.add_parser("pipelines", help="list the question-answering strategies (also those of DOCQA_PIPELINES_DIR)")
     p.set_defaults(handler=cmd_pipelines)
+    pipelines_sub = p.add_subparsers(dest="pipelines_command")
+    export = pipelines_sub.add_parser("export", help="print a strategy as Haystack YAML (Pipeline.dumps())")
+    export.add_argument("name", help="strategy name")
 
     p = sub.add_parser("ingest", help="ingest files (text, Markdown, HTML, PDF, DOCX) synchronously")
     p.add_argument("paths", nargs="+", help="files or directories")

@@ -30,9 +30,13 @@ class PipelineSpec:
     builder: Builder
     options: type[StrategyOptions]
     inputs: type[StrategyInputs] = StrategyInputs
+    # The YAML file of a strategy loaded from DOCQA_PIPELINES_DIR (None for the built-ins).
+    source: str | None = None
 
 
 _REGISTRY: dict[str, PipelineSpec] = {}
+# Strategies from DOCQA_PIPELINES_DIR, replaced as a whole by `set_file_strategies`.
+_FILE_STRATEGIES: dict[str, PipelineSpec] = {}
 _loaded = False
 
 
@@ -58,17 +62,27 @@ def _load() -> None:
         _loaded = True
 
 
+def set_file_strategies(specs: list[PipelineSpec]) -> None:
+    """Replace the strategies loaded from files; a file may not take a built-in strategy's name."""
+    _load()
+    clashing = sorted(spec.name for spec in specs if spec.name in _REGISTRY)
+    if clashing:
+        raise ValueError(f"strategy files may not replace built-in strategies: {', '.join(clashing)}")
+    _FILE_STRATEGIES.clear()
+    _FILE_STRATEGIES.update({spec.name: spec for spec in specs})
+
+
 def available_pipelines() -> list[PipelineSpec]:
     _load()
-    return sorted(_REGISTRY.values(), key=lambda spec: spec.name)
+    return sorted([*_REGISTRY.values(), *_FILE_STRATEGIES.values()], key=lambda spec: spec.name)
 
 
 def pipeline_spec(name: str) -> PipelineSpec:
     """:raises UnknownPipelineError: no strategy of that name."""
     _load()
-    spec = _REGISTRY.get(name)
+    spec = _REGISTRY.get(name) or _FILE_STRATEGIES.get(name)
     if spec is None:
-        known = ", ".join(sorted(_REGISTRY))
+        known = ", ".join(sorted([*_REGISTRY, *_FILE_STRATEGIES]))
         raise UnknownPipelineError(f"unknown pipeline {name!r}; available: {known}")
     return spec
 

@@ -29,6 +29,7 @@ from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, build_rate_
 from docqa.server.routes import accounts, audit_events, documents, health, me, openai_compat, query, traces, ui
 from docqa.server.url_guard import RejectNulMiddleware
 from docqa.settings import Settings
+from docqa.step_tracer import enable_step_tracing
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,11 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     """Build the app. `settings` defaults to the environment; `runtime` to one built from the settings."""
     config = server_settings(settings)
     scrub_log_records()
+    enable_step_tracing(config)
+    from docqa.pipelines.yaml_strategies import load_pipelines_dir
+
+    # Invalid strategy files are logged (naming the file) and skipped; the server starts with the others.
+    load_pipelines_dir(config)
     context = ServerContext(
         settings=config,
         runtime=runtime or Runtime(config),

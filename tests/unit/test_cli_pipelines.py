@@ -1,0 +1,36 @@
+"""`docqa pipelines`: the built-in and file strategies, and `docqa pipelines export NAME` as Haystack YAML."""
+
+from __future__ import annotations
+
+from haystack import Pipeline
+
+from tests.unit.test_cli import run_cli
+from tests.unit.test_haystack_strategies import BM25_RAG
+
+# Building a strategy resolves its LLM endpoint; a configured URL keeps the embedded server from starting.
+NO_LOCAL_LLM = {"DOCQA_LLM_BASE_URL": "http://127.0.0.1:9/v1"}
+
+
+def test_export_prints_yaml_that_haystack_loads_back(tmp_path):
+    proc = run_cli(tmp_path, "pipelines", "export", "standard", env=NO_LOCAL_LLM)
+    assert proc.returncode == 0, proc.stderr
+    pipeline = Pipeline.loads(proc.stdout, allowed_modules=["docqa.*"])
+    assert set(dict(pipeline.walk())) == {"hybrid_retriever", "cited_answer_generator"}
+    assert "api_key" not in proc.stdout and "127.0.0.1:9" not in proc.stdout
+
+
+def test_export_of_an_unknown_pipeline_is_one_error_line(tmp_path):
+    proc = run_cli(tmp_path, "pipelines", "export", "nonsense", env=NO_LOCAL_LLM)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: unknown pipeline 'nonsense'")
+
+
+def test_lists_file_strategies_and_names_the_skipped_files(tmp_path):
+    directory = tmp_path / "strategies"
+    directory.mkdir()
+    (directory / "bm25_rag.yaml").write_text(BM25_RAG)
+    (directory / "bad.yaml").write_text("components:\n  a: {type: os.system}\n")
+    proc = run_cli(tmp_path, "pipelines", env={"DOCQA_PIPELINES_DIR": str(directory)})
+    assert proc.returncode == 0, proc.stderr
+    names = [line.split()[0] for line in proc.stdout.splitlines()]
+    assert "bm25_rag" in names and "standard" in names and "bad" not in names
+    assert "bad.yaml" in proc.stderr and "os.system" in proc.stderr

@@ -1,0 +1,333 @@
+"""Strategies as Haystack pipelines: steps from the tracer, YAML round-trips, allow-listed file strategies."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from fastapi.testclient import TestClient
+from haystack import Document, Pipeline, component
+from haystack.components.writers import DocumentWriter
+
+from docqa.access import AccessScope
+from docqa.components.cited_answer_generator import CitedAnswerGenerator
+from docqa.components.embedded_bm25_retriever import EmbeddedBM25Retriever
+from docqa.components.hybrid_retriever import HybridRetriever
+from docqa.components.prompt_templates import load_prompt
+from docqa.errors import ConfigurationError, InvalidOptionsError, LLMUnavailableError
+from docqa.pipelines.baselines import NoRetrievalPipeline, StandardRAGPipeline
+from docqa.pipelines.haystack_strategy import HaystackStrategy
+from docqa.pipelines.registry import available_pipelines, build_pipeline, set_file_strategies
+from docqa.pipelines.yaml_strategies import StrategyFileError, export_strategy, load_pipelines_dir, load_strategy
+from docqa.runtime import Runtime
+from docqa.settings import Settings
+from docqa.stores.factory import build_document_store, build_retrievers
+from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
+from tests.support.scripted_chat import ScriptedChatGenerator
+from tests.support.server_app import auth, build_test_app
+
+ALICE = AccessScope("acme", frozenset({"alice"}))
+TEST_MODULES = ["docqa.*", "tests.support.*"]
+
+
+def _doc(doc_id: str, text: str, tenant: str = "acme", access: tuple[str, ...] = ("everyone",)) -> Document:
+    return Document(id=doc_id, content=text, meta={"tenant": tenant, "access": list(access), "source": f"{doc_id}.md"})
+
+
+DOCS = [
+    _doc("hotel", "Hotel costs are reimbursed up to 180 euros per night in major cities."),
+    _doc("bonus", "The hotel bonus pool for finance is 5000 euros.", access=("group:finance",)),
+    _doc("board", "The hotel budget for the board retreat is 900 euros per night.", access=("group:board",)),
+    _doc("globex", "Hotel costs at Globex are reimbursed up to 400 euros.", tenant="globex"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _no_file_strategies():
+    yield
+    set_file_strategies([])
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = build_document_store(Settings(data_dir=tmp_path))
+    store.write_documents(HashDocumentEmbedder().run(documents=DOCS)["documents"])
+    return store
+
+
+def _standard(store, llm, top_k: int = 3) -> StandardRAGPipeline:
+    bm25, dense = build_retrievers(store, Settings())
+    retriever = HybridRetriever(bm25, dense, HashTextEmbedder(), top_k=top_k, candidates=10)
+    generator = CitedAnswerGenerator(llm, prompt_template=load_prompt("standard_answer"), max_tokens=64)
+    return StandardRAGPipeline(retriever, generator, top_k=top_k, max_question_chars=500, model="scripted")
+
+
+def _no_retrieval(llm) -> NoRetrievalPipeline:
+    return NoRetrievalPipeline(llm, prompt_template=load_prompt("no_retrieval_answer"), max_tokens=16,
+                               max_question_chars=100, model="scripted")
+
+
+def _shape(result) -> list[tuple[str, str, int]]:
+    return [(s.kind, s.name, s.llm.calls) for s in result.steps]
+
+
+class TestStepsFromTheTracer:
+    def test_standard_steps_are_its_component_runs(self, store):
+        llm = ScriptedChatGenerator(default="Up to 180 euros [1].")
+        result = _standard(store, llm).run("hotel limit per night?", ALICE)
+        assert _shape(result) == [("retrieval", "hybrid_retriever", 0), ("generation", "cited_answer_generator", 1)]
+        retrieval, generation = result.steps
+        assert retrieval.inputs["query"] == "hotel limit per night?"
+        assert retrieval.inputs["filters"]["conditions"][0]["value"] == "acme"
+        assert all(set(d) == {"id", "score", "source", "snippet"} for d in retrieval.outputs["documents"])
+        assert generation.outputs["answer"] == "Up to 180 euros [1]."
+        assert generation.outputs["llm_calls"][0]["response"] == "Up to 180 euros [1]."
+        assert generation.duration_s > 0 and generation.error is None
+        assert result.totals.llm_calls == 1
+
+    def test_no_retrieval_has_one_generation_step(self):
+        result = _no_retrieval(ScriptedChatGenerator(default="Paris")).run("Capital of France?", ALICE)
+        assert result.answer == "Paris"
+        assert _shape(result) == [("generation", "generator", 1)]
+        assert result.steps[0].inputs == {"question": "Capital of France?"}
+
+    def test_a_failing_component_raises_its_own_error_and_its_step_records_it(self, store):
+        def down(_prompt: str) -> str:
+            raise LLMUnavailableError("the language model is unavailable")
+
+        pipeline = _standard(store, ScriptedChatGenerator(rules=[(".", down)]))
+        from docqa.recording import capture_recorders
+
+        with capture_recorders() as recorders, pytest.raises(LLMUnavailableError):
+            pipeline.run("hotel?", ALICE)
+        steps = recorders[0].steps
+        assert [s.name for s in steps] == ["hybrid_retriever", "cited_answer_generator"]
+        assert steps[1].error.startswith("LLMUnavailableError")
+
+    def test_config_is_the_pipeline_dict_plus_models_and_its_hash(self, store):
+        pipeline = _standard(store, ScriptedChatGenerator(default="x"))
+        config = pipeline.config()
+        assert set(config["components"]) == {"hybrid_retriever", "cited_answer_generator"}
+        assert config["connections"] == [
+            {"sender": "hybrid_retriever.documents", "receiver": "cited_answer_generator.documents"}
+        ]
+        assert config["models"] == {"generator": "scripted"} and config["top_k"] == 3
+        result = pipeline.run("hotel?", ALICE)
+        assert len(result.config["config_hash"]) == 64
+
+    def test_an_unserializable_component_still_gives_a_config(self):
+        llm = ScriptedChatGenerator(rules=[("x", lambda prompt: "y")])
+        config = _no_retrieval(llm).config()
+        generator = config["components"]["generator"]
+        assert generator["type"].endswith("AnswerGenerator") and "unserializable" in generator["init_parameters"]
+
+
+class TestRoundTrip:
+    def test_standard_round_trips_through_yaml_and_runs(self, store):
+        original = _standard(store, ScriptedChatGenerator(default="Up to 180 euros [1]."))
+        loaded = Pipeline.loads(original.dumps(), allowed_modules=TEST_MODULES)
+        assert loaded.to_dict() == original.pipeline.to_dict()
+        again = HaystackStrategy("standard", loaded, max_question_chars=500,
+                                 kinds={"hybrid_retriever": "retrieval", "cited_answer_generator": "generation"})
+        first, second = original.run("hotel limit?", ALICE), again.run("hotel limit?", ALICE)
+        assert second.answer == first.answer
+        assert [c.document_id for c in second.citations] == [c.document_id for c in first.citations]
+        assert _shape(second) == _shape(first)
+
+    def test_no_retrieval_round_trips_through_yaml_and_runs(self):
+        original = _no_retrieval(ScriptedChatGenerator(default="Paris"))
+        loaded = Pipeline.loads(original.dumps(), allowed_modules=TEST_MODULES)
+        outputs = loaded.run({"question": "Capital of France?"})
+        assert outputs == {"generator": {"answer": "Paris"}}
+
+    def test_registry_strategies_export_role_generators_and_load_back_bound_to_the_runtime(self, tmp_path):
+        runtime = Runtime(Settings(data_dir=tmp_path),
+                          chat_generator_factory=lambda role: ScriptedChatGenerator(default=f"{role} says hi"))
+        text = export_strategy("no_retrieval", runtime, max_tokens=8)
+        assert "docqa.llm.role_generator.RoleChatGenerator" in text and "api_key" not in text
+        strategy = load_strategy(text, name="copy", source="copy.yaml", runtime=runtime)
+        assert strategy.run("Hello?", ALICE).answer == "generator says hi"
+
+    def test_the_standard_export_loads_with_the_file_allow_list(self, tmp_path):
+        runtime = Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: ScriptedChatGenerator())
+        text = export_strategy("standard", runtime, top_k=2)
+        strategy = load_strategy(text, name="copy", source="copy.yaml", runtime=runtime)
+        retriever = strategy.pipeline.get_component("hybrid_retriever")
+        assert retriever.bm25_retriever.document_store is runtime.document_store
+        assert retriever.top_k == 2
+
+
+BM25_RAG = """\
+components:
+  retriever:
+    type: docqa.components.embedded_bm25_retriever.EmbeddedBM25Retriever
+    init_parameters:
+      document_store:
+        type: docqa.stores.embedded.EmbeddedDocumentStore
+        init_parameters: {path: /nowhere/else.sqlite3}
+      top_k: 5
+  answerer:
+    type: docqa.components.cited_answer_generator.CitedAnswerGenerator
+    init_parameters:
+      chat_generator:
+        type: docqa.llm.role_generator.RoleChatGenerator
+        init_parameters: {role: generator}
+      max_tokens: 64
+connections:
+  - sender: retriever.documents
+    receiver: answerer.documents
+"""
+
+
+class TestFileStrategies:
+    def _load(self, text: str, tmp_path, runtime=None) -> HaystackStrategy:
+        return load_strategy(textwrap.dedent(text), name="custom", source=str(tmp_path / "custom.yaml"),
+                             runtime=runtime)
+
+    def test_a_class_outside_the_allow_list_is_refused(self, tmp_path):
+        text = BM25_RAG.replace("docqa.llm.role_generator.RoleChatGenerator", "tests.support.scripted_chat."
+                                "ScriptedChatGenerator")
+        with pytest.raises(StrategyFileError, match=r"custom\.yaml: answerer\.init_parameters\.chat_generator has type "
+                                                    r"'tests\.support\.scripted_chat\.ScriptedChatGenerator'"):
+            self._load(text, tmp_path)
+
+    def test_os_level_types_are_refused_before_any_import(self, tmp_path):
+        text = BM25_RAG.replace("docqa.components.cited_answer_generator.CitedAnswerGenerator", "os.system")
+        with pytest.raises(StrategyFileError, match="not allow-listed"):
+            self._load(text, tmp_path)
+
+    def test_malformed_yaml_names_the_file_and_line(self, tmp_path):
+        with pytest.raises(StrategyFileError, match=r"custom\.yaml: line 5: malformed YAML"):
+            self._load("components:\n  a:\n    type: x\n    init_parameters: {a: 1\n  b: 2\n", tmp_path)
+
+    def test_a_store_that_is_not_docqas_is_refused(self, tmp_path):
+        text = BM25_RAG.replace("docqa.stores.embedded.EmbeddedDocumentStore",
+                                "haystack.document_stores.in_memory.InMemoryDocumentStore")
+        with pytest.raises(StrategyFileError, match="only docqa's document stores are allowed"):
+            self._load(text, tmp_path)
+
+    def test_filters_fed_by_another_component_are_refused(self, tmp_path):
+        text = BM25_RAG.replace("components:\n", textwrap.dedent("""\
+            components:
+              filter_maker:
+                type: haystack.components.converters.output_adapter.OutputAdapter
+                init_parameters:
+                  template: '{{ {"field": "meta.tenant", "operator": "==", "value": "globex"} }}'
+                  output_type: dict[str, typing.Any]
+            """), 1) + "  - sender: filter_maker.output\n    receiver: retriever.filters\n"
+        with pytest.raises(StrategyFileError, match="'retriever' takes its filters from filter_maker"):
+            self._load(text, tmp_path)
+
+    def test_a_store_component_without_filters_is_refused(self, store):
+        pipeline = Pipeline()
+        pipeline.add_component("writer", DocumentWriter(document_store=store))
+        pipeline.add_component("answerer", _AnswerEcho())
+        with pytest.raises(ConfigurationError, match="'writer' reads a document store but takes no `filters`"):
+            HaystackStrategy("w", pipeline, max_question_chars=100)
+
+    def test_a_pipeline_without_an_answer_output_is_refused(self, store):
+        pipeline = Pipeline()
+        pipeline.add_component("retriever", EmbeddedBM25Retriever(document_store=store))
+        with pytest.raises(ConfigurationError, match="no unconnected `answer` output"):
+            HaystackStrategy("r", pipeline, max_question_chars=100)
+
+    def test_a_blocked_run_is_an_error_not_an_empty_answer(self):
+        pipeline = Pipeline()
+        pipeline.add_component("silent", _Silent())
+        pipeline.add_component("answerer", _AnswerFromDocuments())
+        pipeline.connect("silent.documents", "answerer.documents")
+        strategy = HaystackStrategy("blocked", pipeline, max_question_chars=100)
+        with pytest.raises(ConfigurationError, match="'blocked' produced no answer"):
+            strategy.run("hi?", ALICE)
+
+    def test_the_directory_registers_valid_files_and_reports_the_others(self, tmp_path):
+        directory = tmp_path / "pipelines"
+        directory.mkdir()
+        (directory / "bm25_rag.yaml").write_text(BM25_RAG)
+        (directory / "broken.yaml").write_text("components: [\n")
+        (directory / "standard.yaml").write_text(BM25_RAG)
+        errors = load_pipelines_dir(Settings(data_dir=tmp_path, pipelines_dir=directory))
+        assert len(errors) == 2
+        assert any("broken.yaml" in e and "line" in e for e in errors)
+        assert any("standard.yaml" in e and "built-in" in e for e in errors)
+        names = {spec.name for spec in available_pipelines()}
+        assert "bm25_rag" in names and "broken" not in names
+
+        runtime = Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda r: ScriptedChatGenerator())
+        with pytest.raises(InvalidOptionsError, match="top_k"):
+            build_pipeline("bm25_rag", runtime, top_k=3)
+
+
+@component
+class _Silent:
+    @component.output_types(documents=list[Document])
+    def run(self, question: str) -> dict:
+        return {}
+
+
+@component
+class _AnswerFromDocuments:
+    @component.output_types(answer=str)
+    def run(self, question: str, documents: list[Document]) -> dict:
+        return {"answer": question}
+
+
+@component
+class _AnswerEcho:
+    def __init__(self, give_answer: bool = True) -> None:
+        self.give_answer = give_answer
+
+    @component.output_types(answer=str)
+    def run(self, question: str) -> dict:
+        return {"answer": question} if self.give_answer else {}
+
+
+class TestFileStrategyOverHTTP:
+    @pytest.fixture
+    def served(self, tmp_path):
+        directory = tmp_path / "pipelines"
+        directory.mkdir()
+        (directory / "bm25_rag.yaml").write_text(BM25_RAG)
+        (directory / "evil.yaml").write_text(BM25_RAG.replace("docqa.llm.role_generator.RoleChatGenerator",
+                                                              "subprocess.Popen"))
+        llm = ScriptedChatGenerator(default="Here is what I found [1].")
+        app, keys = build_test_app(tmp_path, llm, pipelines_dir=directory)
+        store = build_document_store(Settings(data_dir=tmp_path / "data"))
+        store.write_documents(DOCS)
+        with TestClient(app) as client:
+            yield client, keys, llm
+
+    def _ask(self, client, key: str, **extra):
+        body = {"question": "What is the hotel budget?", "pipeline": "bm25_rag", **extra}
+        return client.post("/v1/query", json=body, headers=auth(key))
+
+    def test_listed_as_a_model_and_the_invalid_file_is_not(self, served):
+        client, keys, _ = served
+        ids = {m["id"] for m in client.get("/v1/models", headers=auth(keys["alice"])).json()["data"]}
+        assert "bm25_rag" in ids and "evil" not in ids
+
+    @pytest.mark.parametrize(("user", "auditor", "visible"), [
+        ("alice", "audrey", {"hotel", "bonus"}),
+        ("bob", "audrey", {"hotel"}),
+        ("zed", "zaudit", {"globex"}),
+    ])
+    def test_answers_only_from_what_the_caller_may_read(self, served, user, auditor, visible):
+        client, keys, llm = served
+        response = self._ask(client, keys[user])
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["answer"] == "Here is what I found [1]." and body["pipeline"] == "bm25_rag"
+        assert {c["document_id"] for c in body["citations"]} <= visible
+        prompt = llm.calls[-1]["prompt"]
+        assert not any(d.content in prompt for d in DOCS if d.id not in visible)
+        trace = client.get(f"/v1/traces/{body['trace_id']}", headers=auth(keys[auditor]))
+        assert trace.status_code == 200, trace.text
+        steps = trace.json()["steps"]
+        assert [(s["kind"], s["name"]) for s in steps] == [("retrieval", "retriever"), ("generation", "answerer")]
+        assert {d["id"] for d in steps[0]["documents"]} == visible
+
+    def test_options_are_refused(self, served):
+        client, keys, llm = served
+        response = self._ask(client, keys["alice"], options={"top_k": 2})
+        assert response.status_code == 422
+        assert llm.calls == []
