@@ -58,7 +58,8 @@ _TYPES = [(re.compile(r"\b(?:" + pattern + r")\b", re.IGNORECASE), types) for pa
 _ABNORMAL = re.compile(r"\b(?:abnormal(?:ly)?|out[\s-]+of[\s-]+(?:the\s+)?(?:normal\s+|reference\s+)?range|"
                        r"flagged|not\s+normal|outside\s+(?:the\s+)?(?:normal\s+|reference\s+)?range)\b",
                        re.IGNORECASE)
-_STATE = re.compile(r"\b(?:active|current(?:ly)?|ongoing|still|taking|present|open)\b", re.IGNORECASE)
+_STATE = re.compile(r"\b(?:active|current(?:ly)?|ongoing|still|taking|present|open)\b|"
+                    r"\b(?:is|are|was|were)\s+(?:the\s+)?(?:patient|he|she|they)\s+(?:\w+\s+)?on\b", re.IGNORECASE)
 _LOINC = re.compile(r"(?<![\d-])(\d{1,5}-\d)(?![\d-])")
 _CODE = re.compile(r"\bcode\s+([A-Za-z0-9.\-]{2,20})\b", re.IGNORECASE)
 _WORD = re.compile(r"[a-z][a-z0-9\-]{2,}")

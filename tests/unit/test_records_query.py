@@ -268,6 +268,17 @@ class TestActiveState:
         # lisinopril ended in 2016; amoxicillin is stopped without an end date.
         assert found == {"metformin", "statin"}
 
+    @pytest.mark.parametrize("question", ["What medications is the patient on?",
+                                          "Which meds is the patient still taking?",
+                                          "What are the patient's ongoing prescriptions?"])
+    def test_ways_of_asking_for_current_medications(self, store: EmbeddedDocumentStore, question: str) -> None:
+        assert _ask(store, question)[0] == {"metformin", "statin"}
+
+    def test_was_the_patient_on_during_a_year(self, store: EmbeddedDocumentStore) -> None:
+        # Lisinopril ran 2012-2016; metformin and the statin never ended.
+        assert _ask(store, "Which medications was the patient on in 2013?")[0] == {"metformin", "lisinopril",
+                                                                                   "statin"}
+
     def test_conditions_active_at_the_last_visit(self, store: EmbeddedDocumentStore) -> None:
         found, out = _ask(store, "Which conditions were active at the last visit?")
         # sinusitis resolved before the visit; the fracture started after it.
