@@ -44,8 +44,7 @@ class TopicModelStatus:
     tenant: str
     state: str
     version: int | None
-    documents: int
-    untagged: int
+    untagged: int | None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -57,9 +56,9 @@ class TopicModelStatus:
                     f"no_topic_model); record questions naming a type, code or state do not need it. Fit one with "
                     f"`{refit}`")
         if self.state == "stale":
-            return (f"topic model: v{self.version} for tenant {self.tenant!r} is stale: {self.untagged} of "
-                    f"{self.documents} documents are not tagged with it; refit with `{refit}`")
-        return f"topic model: v{self.version} for tenant {self.tenant!r} covers all {self.documents} documents"
+            return (f"topic model: v{self.version} for tenant {self.tenant!r} is stale: {self.untagged} documents "
+                    f"are not tagged with it; refit with `{refit}`")
+        return f"topic model: v{self.version} for tenant {self.tenant!r} covers all the tenant's documents"
 
 
 def tenant_topic_assigner(runtime: Runtime, tenant: str) -> TopicAssigner | None:
@@ -70,14 +69,12 @@ def tenant_topic_assigner(runtime: Runtime, tenant: str) -> TopicAssigner | None
 
 
 def topic_model_status(runtime: Runtime, tenant: str) -> TopicModelStatus:
-    """How the tenant's latest topic model relates to the tenant's stored documents."""
-    store = runtime.document_store
-    assigner = TopicAssigner(topic_model_dir(runtime.settings.data_dir, tenant))
-    model = assigner.model
-    tenant_filter = {"field": "meta.tenant", "operator": "==", "value": tenant}
-    everything = store.filter_documents(filters=tenant_filter)
-    documents = len(everything)
+    """How the tenant's latest topic model relates to its stored documents (reads only the untagged ones)."""
+    model = TopicAssigner(topic_model_dir(runtime.settings.data_dir, tenant)).model
     if model is None:
-        return TopicModelStatus(tenant, "missing", None, documents, documents)
-    untagged = sum(1 for d in everything if d.meta.get(VERSION_FIELD) != model.version)
-    return TopicModelStatus(tenant, "stale" if untagged else "current", model.version, documents, untagged)
+        return TopicModelStatus(tenant, "missing", None, None)
+    untagged = runtime.document_store.filter_documents(filters={"operator": "AND", "conditions": [
+        {"field": "meta.tenant", "operator": "==", "value": tenant},
+        {"field": f"meta.{VERSION_FIELD}", "operator": "!=", "value": model.version},
+    ]})
+    return TopicModelStatus(tenant, "stale" if untagged else "current", model.version, len(untagged))

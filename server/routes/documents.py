@@ -10,7 +10,7 @@ import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Query, UploadFile, status
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from docqa.access import EVERYONE
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError, NotFound
@@ -42,6 +42,9 @@ class RecordsWritten(BaseModel):
     patient_id: str
     written: int
     deleted: int
+    topic_model: dict[str, Any] | None = Field(default=None, description=(
+        "The tenant's AT-RAG topic model after the write: state missing, stale or current, version, and a message "
+        "saying how to refit."))
 
 
 def check_principals(access: list[str]) -> list[str]:
@@ -130,6 +133,7 @@ def upload_records(
     access: Annotated[list[str], Form(description="Who may read them: everyone, user:<id>, group:<name>")],
 ) -> RecordsWritten:
     from docqa.ingestion.records import read_fhir_bundle, write_patient_records
+    from docqa.pipelines.topic_admin import tenant_topic_assigner, topic_model_status
 
     principals = check_principals(access)
     # The same checks as queued bundles (`docqa.ingestion.record_bundles`): what fails an item there is a 422 here.
@@ -145,6 +149,10 @@ def upload_records(
                       target=f"patient:{patient_id}", request_id=request_id,
                       after={"access": principals, "chunks": len(documents),
                              "chunk_ids": sorted(d.id for d in documents)}):
+        # New records get the tenant's current topic model's tags (by record type), so it stays current.
         counts = write_patient_records(context.runtime.document_store, documents, tenant=caller.tenant,
-                                       patient_id=patient_id, embedder=embedder)
-    return RecordsWritten(patient_id=patient_id, **counts)
+                                       patient_id=patient_id, embedder=embedder,
+                                       topic_assigner=tenant_topic_assigner(context.runtime, caller.tenant))
+    topics = topic_model_status(context.runtime, caller.tenant)
+    return RecordsWritten(patient_id=patient_id, **counts,
+                          topic_model={**topics.to_dict(), "message": topics.message()})

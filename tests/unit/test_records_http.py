@@ -76,3 +76,35 @@ def test_negative_record_offset_is_422(server: Any) -> None:
     response = client.post("/v1/query", headers=auth(keys["alice"]), json={
         "question": "HbA1c since 2015", "pipeline": "atrag", "patient_id": "p1", "record_offset": -1})
     assert response.status_code == 422, response.text
+
+
+FHIR_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "records" / "synthea_fhir_r4"
+
+
+def test_records_upload_reports_the_topic_model(tmp_path: Path) -> None:
+    from docqa.pipelines.topic_admin import refit_topic_model, topic_model_status
+
+    bundles = sorted(FHIR_DIR.glob("*.json"), key=lambda p: p.stat().st_size)
+    if not bundles:
+        pytest.skip(f"shared Synthea data not found at {FHIR_DIR}")
+    settings = ServerSettings(data_dir=tmp_path / "data")
+    upgrade_database(settings)
+    keys = seed_accounts(settings, ACCOUNTS)
+    runtime = Runtime(settings, chat_generator_factory=lambda _role: ScriptedChatGenerator(default="x"))
+    with TestClient(create_app(settings, runtime=runtime)) as client:
+        def upload() -> dict[str, Any]:
+            response = client.post("/v1/records", headers=auth(keys["root"]), data={"access": ["group:finance"]},
+                                   files=[("bundle", (bundles[0].name, bundles[0].read_bytes(), "application/json"))])
+            assert response.status_code == 200, response.text
+            return response.json()["topic_model"]
+
+        first = upload()
+        assert first["state"] == "missing" and "docqa topics refit --tenant acme" in first["message"]
+        assert refit_topic_model(runtime, "acme").version == 1
+        again = upload()  # the rewritten records are tagged with version 1
+        assert (again["state"], again["version"], again["untagged"]) == ("current", 1, 0)
+    # A document written without the tags (another path, an older version) makes the model stale.
+    runtime.document_store.write_documents([Document(id="untagged", content="memo", meta={
+        "tenant": "acme", "access": ["everyone"]})])
+    stale = topic_model_status(runtime, "acme")
+    assert (stale.state, stale.untagged) == ("stale", 1) and "docqa topics refit" in stale.message()
