@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     top_k: int = Field(default=5, ge=1, le=100)
     retrieval_candidates: int = Field(default=20, ge=1, le=1000)
     rrf_k: int = Field(default=60, ge=1)
+    # The embedded store searches embeddings through an HNSW index (filters still exact) in index blocks of at
+    # least this many chunks, exactly below.
+    ann_min_chunks: int = Field(default=100_000, ge=0)
 
     # Chunking.
     chunk_words: int = Field(default=200, ge=20)

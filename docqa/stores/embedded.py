@@ -48,6 +48,9 @@ from docqa.stores.search_index import IndexedRow, SearchIndex
 BM25_SCALING_FACTOR = 8
 DOT_PRODUCT_SCALING_FACTOR = 100
 _BATCH = 500
+# Dense search is approximate (HNSW) in index blocks of at least this many embeddings, unless the store is given
+# another threshold (the factory passes DOCQA_ANN_MIN_CHUNKS).
+DEFAULT_ANN_MIN_CHUNKS = 100_000
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS documents (
@@ -88,6 +91,8 @@ class EmbeddedDocumentStore:
     :param embedding_similarity_function: "cosine" or "dot_product" (equal for normalised embeddings).
     :param bm25_k1: BM25 term-frequency saturation.
     :param bm25_b: BM25 length normalisation.
+    :param ann_min_chunks: dense search goes through an HNSW index in index blocks of at least this many
+        embeddings (filters still exact; see `search_index`); None means `DEFAULT_ANN_MIN_CHUNKS`.
     :param embedding_space: identity of the configured embedder (`docqa.embedding.embedding_space`); None
         records and checks nothing.
     """
@@ -99,6 +104,7 @@ class EmbeddedDocumentStore:
         bm25_k1: float = 1.5,
         bm25_b: float = 0.75,
         embedding_space: str | None = None,
+        ann_min_chunks: int | None = None,
     ) -> None:
         if not path:
             raise ValueError("EmbeddedDocumentStore needs a file path")
@@ -111,6 +117,9 @@ class EmbeddedDocumentStore:
         self.bm25_k1 = bm25_k1
         self.bm25_b = bm25_b
         self.embedding_space = embedding_space
+        self.ann_min_chunks = DEFAULT_ANN_MIN_CHUNKS if ann_min_chunks is None else ann_min_chunks
+        if self.ann_min_chunks < 0:
+            raise ValueError("ann_min_chunks must be >= 0")
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
@@ -126,6 +135,7 @@ class EmbeddedDocumentStore:
             bm25_k1=self.bm25_k1,
             bm25_b=self.bm25_b,
             embedding_space=self.embedding_space,
+            ann_min_chunks=self.ann_min_chunks,
         )
 
     @classmethod
@@ -167,6 +177,7 @@ class EmbeddedDocumentStore:
             k1=self.bm25_k1,
             b=self.bm25_b,
             similarity=self.embedding_similarity_function,
+            ann_min_chunks=self.ann_min_chunks,
         )
 
     def _refresh(self) -> SearchIndex:

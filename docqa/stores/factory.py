@@ -43,6 +43,7 @@ def build_document_store(settings: Settings, *, index: str | None = None) -> Any
         return EmbeddedDocumentStore(
             path=str(settings.store_dir() / STORE_FILE),
             embedding_space=_space(settings),
+            ann_min_chunks=settings.ann_min_chunks,
         )
     from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
 

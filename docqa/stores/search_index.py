@@ -5,6 +5,15 @@ term weights (BM25 over a sparse matrix is a handful of numpy operations per que
 blocks (one per dimension), the metadata used by filters, and an alive mask. Deleting or overwriting a
 document only flips its alive bit; segments are merged when there are many of them or many dead rows.
 
+Dense search is exact (one matrix-vector product per block) in blocks smaller than `ann_min_chunks` rows and
+approximate in larger ones: an HNSW graph (hnswlib, inner product), built on the block's first dense query
+and kept until the segment is merged away. Blocks above `ANN_SYNC_BUILD_MAX` rows build their graph in a
+background thread (minutes at a million chunks) and are searched exactly until it is ready.
+The graph only proposes candidates: they are over-fetched, filtered
+exactly by the same masks as exact search (tenant, access, collection, dates, tombstones) and re-scored exactly,
+so scores equal exact search's. A filter keeping under `ANN_MIN_FRACTION` of the block, or an over-fetch that
+leaves fewer than `top_k` matching candidates, falls back to exact search over the matching rows.
+
 Statistics follow Lucene: document frequencies and the average length count tombstoned rows until the next
 merge, and a segment's length normalisation uses the average length known when it was built.
 
@@ -17,6 +26,7 @@ Usage:
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +44,14 @@ FieldLoader = Callable[[Sequence[int], set[str]], list[dict[str, Any]]]
 MAX_SEGMENTS = 8
 MAX_DEAD_FRACTION = 0.25
 FILTER_CACHE_SIZE = 32
+# HNSW: graph degree, construction and (minimum) query beam width; filtered queries over-fetch
+# ANN_OVERFETCH x top_k / (fraction of the block the filter keeps) candidates.
+ANN_M = 16
+ANN_EF_CONSTRUCTION = 100
+ANN_EF_SEARCH = 128
+ANN_OVERFETCH = 3.0
+ANN_MIN_FRACTION = 0.05
+ANN_SYNC_BUILD_MAX = 20_000
 
 
 @dataclass
@@ -49,6 +67,8 @@ class IndexedRow:
 class DenseBlock:
     positions: np.ndarray  # rows of the segment that have an embedding of this dimension
     matrix: np.ndarray  # float32 (len(positions), dim), unit rows when similarity is cosine
+    ann: Any = None  # hnswlib index over `matrix` rows, built on first use when the block is large enough
+    ann_builder: threading.Thread | None = None  # background build of `ann` for large blocks
 
 
 @dataclass
@@ -71,10 +91,12 @@ class Segment:
 class SearchIndex:
     """BM25 and dense search over segments; not thread-safe (the store serialises access)."""
 
-    def __init__(self, *, k1: float, b: float, similarity: str) -> None:
+    def __init__(self, *, k1: float, b: float, similarity: str, ann_min_chunks: int | None = None) -> None:
+        """:param ann_min_chunks: blocks of at least this many embeddings are searched through HNSW (None: never)."""
         self.k1 = k1
         self.b = b
         self.similarity = similarity
+        self.ann_min_chunks = ann_min_chunks
         # Looking up an unseen term assigns it the next id; queries test membership first and never add terms.
         self.vocab = _Vocabulary()
         self._stop = np.zeros(0, dtype=bool)
@@ -281,10 +303,51 @@ class SearchIndex:
             usable = self._mask(segment, filters, load_fields)[block.positions]
             if not usable.any():
                 continue
-            scores = block.matrix @ query
-            positions = block.positions[usable]
-            candidates.extend(_top(segment.seqs[positions], scores[usable], top_k))
+            rows = self._ann_rows(block, query, usable, top_k)
+            if rows is None:
+                scores = block.matrix @ query
+                positions = block.positions[usable]
+                candidates.extend(_top(segment.seqs[positions], scores[usable], top_k))
+            else:
+                scores = block.matrix[rows] @ query
+                candidates.extend(_top(segment.seqs[block.positions[rows]], scores, top_k))
         return sorted(candidates, key=lambda c: -c[1])[:top_k]
+
+    def _ann_rows(self, block: DenseBlock, query: np.ndarray, usable: np.ndarray, top_k: int) -> np.ndarray | None:
+        """Block rows holding the approximate top `top_k` among `usable` rows, or None to search exactly."""
+        size = len(block.positions)
+        if self.ann_min_chunks is None or size < max(self.ann_min_chunks, 1):
+            return None
+        n_usable = int(usable.sum())
+        fraction = n_usable / size
+        if fraction < ANN_MIN_FRACTION:
+            return None
+        fetch = min(size, max(top_k, int(np.ceil(ANN_OVERFETCH * top_k / fraction))))
+        index = self._ann_index(block)
+        if index is None:  # still being built
+            return None
+        index.set_ef(max(ANN_EF_SEARCH, fetch))
+        try:
+            labels, _ = index.knn_query(query[None, :], k=fetch, num_threads=1)
+        except RuntimeError:  # the graph could not return `fetch` results (tiny or degenerate blocks)
+            return None
+        rows = labels[0].astype(np.int64)
+        rows = rows[usable[rows]]
+        if len(rows) < min(top_k, n_usable):
+            return None
+        return rows
+
+    def _ann_index(self, block: DenseBlock) -> Any:
+        """The block's HNSW graph; None while a large block's graph is built in the background."""
+        if block.ann is None:
+            if len(block.positions) <= ANN_SYNC_BUILD_MAX:
+                block.ann = _build_hnsw(block.matrix)
+            elif block.ann_builder is None:
+                block.ann_builder = threading.Thread(
+                    target=_build_in_background, args=(block,), name="docqa-hnsw-build", daemon=True
+                )
+                block.ann_builder.start()
+        return block.ann
 
     def _mask(self, segment: Segment, filters: dict[str, Any] | None, load_fields: FieldLoader) -> np.ndarray:
         if not filters:
@@ -318,6 +381,21 @@ def _evaluate(segment: Segment, filters: dict[str, Any], load_fields: FieldLoade
         for i, (doc_id, meta) in enumerate(zip(segment.ids, segment.metas, strict=True))
     )
     return np.fromiter((predicate(r) for r in records), dtype=bool, count=segment.size)
+
+
+def _build_hnsw(matrix: np.ndarray) -> Any:
+    import hnswlib
+
+    size, dim = matrix.shape
+    index = hnswlib.Index(space="ip", dim=dim)
+    index.init_index(max_elements=size, M=ANN_M, ef_construction=ANN_EF_CONSTRUCTION, random_seed=100)
+    index.add_items(matrix, np.arange(size))
+    return index
+
+
+def _build_in_background(block: DenseBlock) -> None:
+    # The matrix is immutable; queries read `block.ann` only once the finished graph is assigned.
+    block.ann = _build_hnsw(block.matrix)
 
 
 def _top(seqs: np.ndarray, scores: np.ndarray, top_k: int) -> list[tuple[int, float]]:

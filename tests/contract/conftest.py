@@ -33,9 +33,15 @@ STORE_KINDS = [
 ]
 
 
-def make_store(kind: str, tmp_path: Path, name: str) -> Any:
+# The embedded store's two dense search paths: exact everywhere, or HNSW from the first embedding on.
+DENSE_PATHS = {"exact": 10**9, "ann": 0}
+
+
+def make_store(kind: str, tmp_path: Path, name: str, dense_path: str = "exact") -> Any:
     if kind == "embedded":
-        return build_document_store(Settings(data_dir=tmp_path, elasticsearch_url=None))
+        return build_document_store(
+            Settings(data_dir=tmp_path, elasticsearch_url=None, ann_min_chunks=DENSE_PATHS[dense_path])
+        )
     index = "docqa-test-" + re.sub(r"[^a-z0-9]+", "-", name.lower())[:60] + "-" + uuid.uuid4().hex[:8]
     return build_document_store(Settings(data_dir=tmp_path, elasticsearch_url=ES_URL), index=index)
 
@@ -51,8 +57,15 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture(params=list(DENSE_PATHS))
+def dense_path(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture
-def contract_store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
-    store = make_store(store_kind, tmp_path, request.node.name)
+def contract_store(store_kind: str, dense_path: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    if store_kind != "embedded" and dense_path != "exact":
+        pytest.skip("the dense search threshold belongs to the embedded store")
+    store = make_store(store_kind, tmp_path, request.node.name, dense_path)
     yield store
     dispose(store)

@@ -8,8 +8,15 @@ from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 from haystack.errors import FilterError
 
-from docqa.stores import search_index
+from docqa.stores import embedded, search_index
 from docqa.stores.embedded import EmbeddedDocumentStore
+
+
+@pytest.fixture(autouse=True, params=["exact", "ann"])
+def dense_path(request, monkeypatch):
+    """Every test runs with exact dense search and with HNSW from the first embedding on."""
+    monkeypatch.setattr(embedded, "DEFAULT_ANN_MIN_CHUNKS", 0 if request.param == "ann" else 10**9)
+    return request.param
 
 
 @pytest.fixture
