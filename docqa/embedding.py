@@ -250,7 +250,7 @@ def _export_fp32(model_path: str, destination: Path) -> None:
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     with torch.no_grad():
         torch.onnx.export(
-            _Encoder(model),
+            _Encoder(model).eval(),
             tuple(sample[n] for n in names),
             str(destination),
             input_names=names,
