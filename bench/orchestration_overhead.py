@@ -120,12 +120,14 @@ def measure(name: str, strategy: Any, leaf: Timed, questions: int, question: str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=300)
-    parser.add_argument("--only", choices=("no_retrieval", "standard", "atrag"), help="measure one strategy")
+    parser.add_argument("--only", choices=("no_retrieval", "standard", "atrag", "resp"), help="measure one strategy")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.only in (None, "atrag"):
             _measure_atrag(Path(tmp), args.questions)
-        if args.only == "atrag":
+        if args.only in (None, "resp"):
+            _measure_resp(Path(tmp), args.questions)
+        if args.only in ("atrag", "resp"):
             return
         leaf = Timed()
         llm = leaf.wrap(ScriptedChatGenerator(default="Up to 180 euros [1]."))
@@ -158,6 +160,21 @@ def _measure_atrag(tmp: Path, questions: int) -> None:
         llm = leaf.wrap(ScriptedChatGenerator(rules=rules, default="[1] says so.\nAnswer: Up to 180 euros [1]."))
         strategy = _atrag(tmp / f"atrag-{index}", llm, leaf, **options)
         measure(name, strategy, leaf, questions, question, **inputs)
+
+
+def _measure_resp(tmp: Path, questions: int) -> None:
+    """ReSP at its default bound: three iterations, two plans, judged insufficient until the last (10 LLM calls)."""
+    counter = iter(range(10**9))
+    rules: list[tuple[str, Any]] = [
+        (r"completely and accurately respond to the question", "No"),
+        (r"\[Your thought\]", lambda _: f"What is the mileage of policy {next(counter) % 200}?"),
+        (r"professional writer", "Policy limits are listed. [DONE]"),
+        (r"respond completely and accurately to the question", "Yes, 3 cents."),
+    ]
+    leaf = Timed()
+    llm = leaf.wrap(ScriptedChatGenerator(rules=rules, default="Up to 180 euros"))
+    strategy = build_pipeline("resp", BenchRuntime(tmp / "resp", leaf, llm), max_iterations=3, top_k=5)
+    measure("resp-3-rounds", strategy, leaf, questions)
 
 
 if __name__ == "__main__":
