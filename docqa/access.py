@@ -56,3 +56,22 @@ def validate_access_meta(meta: dict[str, Any]) -> None:
         raise ValueError("document has no tenant in its access-control metadata")
     if not isinstance(access, list) or not access or not all(isinstance(p, str) and p for p in access):
         raise ValueError("document has no allowed principals in its access-control metadata")
+
+
+COLLECTION_FIELD = "collection"
+# Documents ingested before collections existed carry no `collection`: they are the main collection.
+DEFAULT_COLLECTION = "main"
+
+
+def collection_filter(collection: str) -> dict[str, Any]:
+    """Documents of one collection; for the default one also documents without a `collection` meta.
+
+    Only ever AND'ed with the caller's access filter (`restrict`), never a replacement for it.
+    """
+    if not collection:
+        raise ValueError("a collection name is required")
+    condition = {"field": f"meta.{COLLECTION_FIELD}", "operator": "==", "value": collection}
+    if collection != DEFAULT_COLLECTION:
+        return condition
+    missing = {"field": f"meta.{COLLECTION_FIELD}", "operator": "==", "value": None}
+    return {"operator": "OR", "conditions": [condition, missing]}

@@ -100,6 +100,18 @@ class Settings(BaseSettings):
     resp_max_iterations: int = Field(default=3, ge=1, le=10)
     resp_repeat_similarity: float = Field(default=0.92, gt=0.0, le=1.0)
 
+    # MSPR: the sources in order of preference (`collection:NAME` or `web`), agent steps (AWI) and answer
+    # reviews (SRT). The default keeps every question inside the organisation (no web endpoint needed): the main
+    # collection first, then an archive collection (`docqa ingest --collection archive`).
+    mspr_sources: str = "collection:main,collection:archive"
+    mspr_max_steps: int = Field(default=5, ge=1, le=20)
+    mspr_max_reviews: int = Field(default=1, ge=0, le=5)
+    # A SearXNG-compatible JSON search endpoint (GET ?q=...&format=json) for the `web` source; its results are
+    # public. Each search is bounded by the timeout and the response size.
+    web_search_url: str | None = None
+    web_search_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    web_search_max_bytes: int = Field(default=1_000_000, ge=1000)
+
     # Services used by later layers; None means the embedded default.
     database_url: str | None = None
     broker_url: str | None = None

@@ -87,6 +87,24 @@ class ATRAGOptions(StrategyOptions):
     max_document_chars: Annotated[int, Field(ge=50)] | None = None
 
 
+class MSPROptions(StrategyOptions):
+    """MSPR: `max_steps` is the paper's AWI, `max_reviews` its SRT; `sources` picks (and orders) a subset of
+    the configured DOCQA_MSPR_SOURCES; `refine=False` turns observation refinement off."""
+
+    ceilings: ClassVar[dict[str, str]] = {
+        "top_k": "max_top_k", "max_steps": "max_iterations", "max_reviews": "max_iterations",
+        "max_tokens": "max_completion_tokens",
+    }
+
+    top_k: PositiveInt | None = None
+    max_steps: PositiveInt | None = None
+    max_reviews: Annotated[int, Field(ge=0)] | None = None
+    max_tokens: PositiveInt | None = None
+    sources: Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], Field(min_length=1,
+                                                                                         max_length=10)] | None = None
+    refine: bool | None = None
+
+
 class StrategyInputs(BaseModel):
     """Runtime inputs of a strategy's run (beside its build options); none by default."""
 

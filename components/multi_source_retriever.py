@@ -1,0 +1,101 @@
+"""One retrieval over one of several configured sources: a collection of the document store, or the web."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.core.serialization import component_to_dict
+
+from docqa.access import collection_filter
+from docqa.components.searxng_web_search import WEB_SOURCE
+
+COLLECTION_PREFIX = "collection:"
+
+
+def parse_sources(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """`"collection:main, web"` -> `("collection:main", "web")`; refuses unknown kinds, empties and repeats."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    sources = tuple(item.strip() for item in items if isinstance(item, str) and item.strip())
+    if not sources:
+        raise ValueError("at least one source is required (e.g. collection:main)")
+    for source in sources:
+        if source != WEB_SOURCE and not (source.startswith(COLLECTION_PREFIX) and source[len(COLLECTION_PREFIX):]):
+            raise ValueError(f"unknown source {source!r}: use collection:NAME or web")
+    if len(set(sources)) != len(sources):
+        raise ValueError(f"a source is listed twice in {', '.join(sources)}")
+    return sources
+
+
+@component
+class MultiSourceRetriever:
+    """
+    Retrieves from the source named at run time, among the configured ones. A `collection:NAME` source is the
+    hybrid retriever with the caller's access `filters` AND'ed with a filter on `meta.collection` (documents
+    without one belong to `main`); it refuses to run without access filters (fail closed). The `web` source
+    is a SearXNG-compatible endpoint whose results are public; its failures give no documents and an
+    `error`, never an exception. Every output names the `source` searched.
+
+    Usage example:
+    ```python
+    retriever = MultiSourceRetriever(retriever=runtime.retriever(5), sources=["collection:main", "web"],
+                                     web_search=SearxngWebSearch(url="http://searxng:8080/search"))
+    out = retriever.run(query="Acme founder", source="collection:main", filters=restrict(scope, None))
+    out["documents"], out["source"], out["error"]
+    ```
+    """
+
+    step_kind = "retrieval"
+
+    def __init__(self, retriever: Any, sources: list[str], web_search: Any | None = None, top_k: int = 5) -> None:
+        """
+        :param retriever: Component with `run(query, filters, top_k) -> {"documents"}` (the hybrid retriever).
+        :param sources: The configured sources, in order of preference.
+        :param web_search: Component with `run(query, top_k) -> {"documents", "error"}`; required for `web`.
+        :param top_k: Passages per retrieval.
+        """
+        self.sources = list(parse_sources(sources))
+        if WEB_SOURCE in self.sources and web_search is None:
+            raise ValueError("the web source needs a web search endpoint (DOCQA_WEB_SEARCH_URL)")
+        if top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        self.retriever = retriever
+        self.web_search = web_search
+        self.top_k = top_k
+
+    def warm_up(self) -> None:
+        if hasattr(self.retriever, "warm_up"):
+            self.retriever.warm_up()
+
+    @component.output_types(documents=list[Document], source=str, error=str | None)
+    def run(self, query: str, source: str, filters: dict[str, Any] | None = None) -> dict[str, Any]:
+        """
+        :param query: The search text.
+        :param source: One of the configured sources.
+        :param filters: The caller's access filters (required for collections).
+        :returns: `documents` best first, the `source` searched and an `error` (None on success).
+        """
+        if source not in self.sources:
+            return {"documents": [], "source": source, "error": f"source {source!r} is not configured"}
+        if source == WEB_SOURCE:
+            out = self.web_search.run(query=query, top_k=self.top_k)
+            return {"documents": out["documents"], "source": source, "error": out.get("error")}
+        if not filters:
+            raise ValueError("a collection source needs the caller's access filters")
+        scoped = {"operator": "AND", "conditions": [filters, collection_filter(source[len(COLLECTION_PREFIX):])]}
+        documents = self.retriever.run(query=query, filters=scoped, top_k=self.top_k)["documents"]
+        return {"documents": documents, "source": source, "error": None}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self,
+            retriever=component_to_dict(self.retriever, "retriever"),
+            sources=self.sources,
+            web_search=component_to_dict(self.web_search, "web_search") if self.web_search is not None else None,
+            top_k=self.top_k,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MultiSourceRetriever:
+        # Nested `{"type": ...}` components are rebuilt by `default_from_dict` (within the allowlist).
+        return default_from_dict(cls, data)
