@@ -56,7 +56,7 @@ def sample_result() -> Any:
 
 
 def writer(settings: Any, count: int, barrier: Any) -> None:
-    from docqa.server.audit.recorder import record_answer
+    from docqa.audit.recorder import record_answer
 
     result = sample_result()
     kwargs = {"asked_by": "bench", "tenant": "acme", "question": result.question, "pipeline": "bench",
@@ -85,9 +85,9 @@ def concurrent_appends(settings: Any, writers: int, total: int) -> float:
 
 
 def verification_seconds(settings: Any, repeats: int = 3) -> tuple[float, Any]:
+    from docqa.audit.keys import hmac_key
+    from docqa.audit.verify import verify_chain
     from docqa.db import session_factory
-    from docqa.server.audit.keys import hmac_key
-    from docqa.server.audit.verify import verify_chain
 
     times, report = [], None
     for _ in range(repeats):
@@ -99,8 +99,8 @@ def verification_seconds(settings: Any, repeats: int = 3) -> tuple[float, Any]:
 
 
 def payload_bytes() -> int:
-    from docqa.server.audit.canonical import canonical_bytes, trace_payload
-    from docqa.server.audit.recorder import build_trace
+    from docqa.audit.canonical import canonical_bytes, trace_payload
+    from docqa.audit.recorder import build_trace
     from docqa.settings import Settings
 
     trace = build_trace(Settings(), sample_result(), asked_by="bench", tenant="acme", question="q", pipeline="bench",
@@ -135,7 +135,7 @@ def drop_pg_database(name: str) -> None:
 
 
 def chain_figures(args: argparse.Namespace, workdir: Path) -> None:
-    from docqa.server.schema import upgrade_database
+    from docqa.schema import upgrade_database
     from docqa.settings import Settings
 
     print(f"trace payload: {payload_bytes()} bytes canonical JSON, 6 steps, 3 LLM calls")
@@ -171,11 +171,11 @@ def overhead_figures(args: argparse.Namespace, workdir: Path) -> None:
     from haystack.document_stores.types import DuplicatePolicy
 
     from docqa.access import AccessScope
+    from docqa.audit.recorder import models_from_settings, record_answer
     from docqa.datasets import load_corpus, load_questions
     from docqa.pipelines.registry import build_pipeline
     from docqa.runtime import Runtime
-    from docqa.server.audit.recorder import models_from_settings, record_answer
-    from docqa.server.schema import upgrade_database
+    from docqa.schema import upgrade_database
     from docqa.settings import Settings
 
     shared = ROOT.parent / "shared" / "data"

@@ -49,11 +49,11 @@ def pct(values: list[float], q: float) -> float:
 
 
 def admin_overhead(settings: Any, count: int) -> None:
+    from docqa.accounts import directory
+    from docqa.audit import events as ev
+    from docqa.audit.events import append_event
+    from docqa.audit.recorder import audit_session
     from docqa.db import session_factory
-    from docqa.server.accounts import directory
-    from docqa.server.audit import events as ev
-    from docqa.server.audit.events import append_event
-    from docqa.server.audit.recorder import audit_session
 
     plain, audited = [], []
     for n in range(count):
@@ -76,10 +76,10 @@ def admin_overhead(settings: Any, count: int) -> None:
 
 
 def fill_mixed(settings: Any, links: int) -> None:
-    from docqa.server.audit import events as ev
-    from docqa.server.audit.events import append_event
-    from docqa.server.audit.keys import hmac_key
-    from docqa.server.audit.recorder import append_trace, audit_session, build_trace
+    from docqa.audit import events as ev
+    from docqa.audit.events import append_event
+    from docqa.audit.keys import hmac_key
+    from docqa.audit.recorder import append_trace, audit_session, build_trace
 
     result = sample_result()
     key = hmac_key(settings)
@@ -96,10 +96,10 @@ def fill_mixed(settings: Any, links: int) -> None:
 
 
 def verify_and_export(settings: Any, links: int, tmp: Path) -> None:
+    from docqa.audit.keys import hmac_key
+    from docqa.audit.siem import export_ecs
+    from docqa.audit.verify import verify_chain
     from docqa.db import session_factory
-    from docqa.server.audit.keys import hmac_key
-    from docqa.server.audit.siem import export_ecs
-    from docqa.server.audit.verify import verify_chain
 
     started = time.perf_counter()
     fill_mixed(settings, links)
@@ -122,7 +122,7 @@ def main() -> None:
     parser.add_argument("--links", type=int, default=10_000)
     parser.add_argument("--admin-actions", type=int, default=200)
     args = parser.parse_args()
-    from docqa.server.schema import upgrade_database
+    from docqa.schema import upgrade_database
     from docqa.settings import Settings
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -35,7 +35,7 @@ from docqa.datasets import load_corpus, shared_data_dir
 from docqa.ingestion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.jobs import Upload, job_status, submit_job
 from docqa.runtime import Runtime
-from docqa.server.schema import upgrade_database
+from docqa.schema import upgrade_database
 from docqa.settings import Settings
 from tests.support.celery_workers import WorkerProcess, wait_until
 from tests.support.postgres import throwaway_database

@@ -80,10 +80,10 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 def _run_question(settings: Settings, runtime: Any, pipeline_name: str, question: str, scope: AccessScope,
                   asked_by: str, options: dict[str, Any], run_options: dict[str, Any] | None = None) -> Any:
+    from docqa.audit.recorder import answer_with_audit
     from docqa.pipelines.base import validate_question
     from docqa.pipelines.registry import build_pipeline, check_inputs
     from docqa.run_control import OUTCOME_CANCELLED, RunControl
-    from docqa.server.audit.recorder import answer_with_audit
     from docqa.step_tracer import enable_step_tracing
 
     validate_question(question, settings.max_question_chars)
@@ -310,8 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
     """Commands owned by the server, audit and ingestion layers register themselves here."""
     hooks = (
-        ("docqa.server.audit.cli", "add_audit_commands"),
-        ("docqa.server.audit.cli", "add_db_commands"),
+        ("docqa.audit.cli", "add_audit_commands"),
+        ("docqa.audit.cli", "add_db_commands"),
         ("docqa.server.cli", "add_server_commands"),
         ("docqa.ingestion.cli", "add_ingest_commands"),
     )

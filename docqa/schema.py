@@ -1,7 +1,7 @@
 """Database schema management: every model module, and running the Alembic migrations.
 
 Usage:
-    from docqa.server.schema import upgrade_database
+    from docqa.schema import upgrade_database
     upgrade_database(settings)  # what `docqa db upgrade` runs; creates the default SQLite database too
 """
 
@@ -18,8 +18,8 @@ from docqa.settings import Settings
 
 # Every module that defines tables on `docqa.db.Base`: autogenerate and the no-difference tests see these.
 MODEL_MODULES = (
-    "docqa.server.audit.models",
-    "docqa.server.accounts.models",
+    "docqa.audit.models",
+    "docqa.accounts.models",
     "docqa.ingestion.models",
 )
 

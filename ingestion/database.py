@@ -26,7 +26,7 @@ def _migrate_embedded(settings: Settings) -> None:
         return
     from filelock import FileLock
 
-    from docqa.server.schema import upgrade_database
+    from docqa.schema import upgrade_database
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(settings.data_dir / ".migrate.lock")):

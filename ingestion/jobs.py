@@ -170,7 +170,7 @@ def delete_document(
     The deletion is audited (`document.deleted`, with the access list it had): the event is staged first and
     commits only when the store deleted the chunks.
     """
-    from docqa.server.audit.events import DOCUMENT_DELETED, event_around
+    from docqa.audit.events import DOCUMENT_DELETED, event_around
 
     filters = {
         "operator": "AND",

@@ -211,9 +211,9 @@ def _audit_written(settings: Any, report: IngestReport, tenant: str, access: Seq
     # right after the store write, by the operating-system user who ran it.
     if not report.written:
         return
-    from docqa.server.audit.cli import cli_actor
-    from docqa.server.audit.events import DOCUMENT_INGESTED, append_event
-    from docqa.server.audit.recorder import audit_session
+    from docqa.audit.cli import cli_actor
+    from docqa.audit.events import DOCUMENT_INGESTED, append_event
+    from docqa.audit.recorder import audit_session
 
     with audit_session(settings) as session:
         for item in report.written:

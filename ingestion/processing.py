@@ -22,6 +22,8 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from docqa.audit.events import DOCUMENT_INGESTED, RECORDS_INGESTED, append_event
+from docqa.audit.recorder import audit_session
 from docqa.ingestion.database import job_sessions
 from docqa.ingestion.models import (
     ITEM_FAILED,
@@ -37,8 +39,6 @@ from docqa.ingestion.models import (
 )
 from docqa.ingestion.pipeline import ItemResult, Source, ingest_documents
 from docqa.ingestion.record_bundles import ingest_record_bundle, is_record_bundle
-from docqa.server.audit.events import DOCUMENT_INGESTED, RECORDS_INGESTED, append_event
-from docqa.server.audit.recorder import audit_session
 from docqa.settings import Settings
 
 logger = logging.getLogger(__name__)

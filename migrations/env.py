@@ -1,6 +1,6 @@
 """Alembic environment: one schema for every model (audit trail, ingestion jobs, accounts).
 
-The URL comes from the `sqlalchemy.url` option when a caller sets one (`docqa.server.schema`), else from
+The URL comes from the `sqlalchemy.url` option when a caller sets one (`docqa.schema`), else from
 docqa settings. Model modules are imported by `import_models` so autogenerate sees every table.
 """
 
@@ -11,7 +11,7 @@ from logging.config import fileConfig
 from alembic import context
 
 from docqa.db import Base, make_engine
-from docqa.server.schema import import_models
+from docqa.schema import import_models
 from docqa.settings import Settings
 
 config = context.config

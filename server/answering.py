@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from docqa.access import AccessScope
+from docqa.accounts.identity import Caller
+from docqa.audit.recorder import AuditedRun, record_stopped_before_start
 from docqa.errors import UnknownPipelineError
 from docqa.pipelines.base import QAPipeline, config_hash, validate_question
 from docqa.pipelines.registry import check_inputs
 from docqa.recording import listen_to_steps
 from docqa.result import PipelineResult, Step
 from docqa.run_control import OUTCOME_CANCELLED, OUTCOME_TIMED_OUT, RunControl, RunStopped
-from docqa.server.accounts.identity import Caller
 from docqa.server.api_errors import ApiError
-from docqa.server.audit.recorder import AuditedRun, record_stopped_before_start
 from docqa.server.auto_select import choose_pipeline
 from docqa.server.context import ServerContext
 

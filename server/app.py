@@ -17,12 +17,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from docqa.accounts.oidc import build_token_verifier
+from docqa.audit.scrub import scrub_log_records
 from docqa.db import session_factory
 from docqa.errors import DocqaError
 from docqa.runtime import Runtime
-from docqa.server.accounts.oidc import build_token_verifier
 from docqa.server.api_errors import STATUS_CODES, ApiError, error_body
-from docqa.server.audit.scrub import scrub_log_records
 from docqa.server.config import server_settings
 from docqa.server.context import ServerContext
 from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, build_rate_limiter

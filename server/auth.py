@@ -16,13 +16,13 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from docqa.server.accounts.identity import Caller
-from docqa.server.accounts.keys import parse_key, verify_key
-from docqa.server.accounts.models import ApiKey
-from docqa.server.accounts.oidc import looks_like_jwt, token_caller
+from docqa.accounts.identity import Caller
+from docqa.accounts.keys import parse_key, verify_key
+from docqa.accounts.models import ApiKey
+from docqa.accounts.oidc import looks_like_jwt, token_caller
+from docqa.audit import events
+from docqa.audit.events import FailureThrottle, record_event
 from docqa.server.api_errors import ApiError
-from docqa.server.audit import events
-from docqa.server.audit.events import FailureThrottle, record_event
 from docqa.server.context import ServerContext
 
 logger = logging.getLogger(__name__)

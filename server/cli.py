@@ -12,8 +12,8 @@ import argparse
 import os
 import sys
 
+from docqa.accounts.models import ROLES
 from docqa.errors import DocqaError
-from docqa.server.accounts.models import ROLES
 from docqa.settings import Settings
 
 
@@ -32,14 +32,14 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 def _session(settings: Settings):  # type: ignore[no-untyped-def]
     from docqa.db import session_factory
-    from docqa.server.schema import upgrade_database
+    from docqa.schema import upgrade_database
 
     upgrade_database(settings)
     return session_factory(settings)()
 
 
 def _account_call(settings: Settings, action):  # type: ignore[no-untyped-def]
-    from docqa.server.accounts.directory import AccountError
+    from docqa.accounts.directory import AccountError
 
     with _session(settings) as session:
         try:
@@ -51,8 +51,8 @@ def _account_call(settings: Settings, action):  # type: ignore[no-untyped-def]
 
 
 def cmd_users_create(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.server.accounts import directory
-    from docqa.server.accounts.keys import create_key
+    from docqa.accounts import directory
+    from docqa.accounts.keys import create_key
 
     tenant = args.tenant or settings.tenant
 
@@ -69,7 +69,7 @@ def cmd_users_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_users_list(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.server.accounts import directory
+    from docqa.accounts import directory
 
     tenant = args.tenant or settings.tenant
 
@@ -84,7 +84,7 @@ def cmd_users_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_users_deactivate(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.server.accounts import directory
+    from docqa.accounts import directory
 
     tenant = args.tenant or settings.tenant
     _account_call(settings, lambda session: directory.deactivate_user(session, tenant, args.user_id))
@@ -93,7 +93,7 @@ def cmd_users_deactivate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.server.accounts.keys import create_key
+    from docqa.accounts.keys import create_key
 
     tenant = args.tenant or settings.tenant
     key = _account_call(settings, lambda session: create_key(session, tenant, args.user_id, args.name or "")[0])
@@ -102,7 +102,7 @@ def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_keys_list(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.server.accounts.keys import list_keys
+    from docqa.accounts.keys import list_keys
 
     tenant = args.tenant or settings.tenant
 
@@ -115,7 +115,7 @@ def cmd_keys_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.server.accounts.keys import revoke_key
+    from docqa.accounts.keys import revoke_key
 
     tenant = args.tenant or settings.tenant
     _account_call(settings, lambda session: revoke_key(session, tenant, args.key_id))

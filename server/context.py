@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import sessionmaker
 
+from docqa.accounts.oidc import TokenVerifier
 from docqa.run_control import OUTCOME_CANCELLED, RunControl
 from docqa.runtime import Runtime
-from docqa.server.accounts.oidc import TokenVerifier
 from docqa.server.config import ServerSettings
 from docqa.server.limits import QuerySlots, RateLimiter, RedisRateLimiter
 from docqa.server.pipeline_cache import PipelineCache

@@ -30,6 +30,6 @@ loglevel = "info"
 def on_starting(_server: Any) -> None:
     """Bring the schema up to date once, in the master, before any worker serves (embedded default)."""
     if _settings.server_migrate_on_start:
-        from docqa.server.schema import upgrade_database
+        from docqa.schema import upgrade_database
 
         upgrade_database(_settings)

@@ -18,9 +18,9 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
+from docqa.accounts.identity import Caller
 from docqa.errors import DocqaError
 from docqa.result import PipelineResult, Step
-from docqa.server.accounts.identity import Caller
 from docqa.server.answering import Prepared, answer_in_slot
 from docqa.server.api_errors import ApiError, error_body
 from docqa.server.context import ServerContext

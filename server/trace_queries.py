@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import Select, func, or_, select
 from sqlalchemy.orm import Session
 
-from docqa.server.audit.canonical import format_timestamp, step_payload, trace_payload
-from docqa.server.audit.export import export_line
-from docqa.server.audit.models import AuditTrace
+from docqa.audit.canonical import format_timestamp, step_payload, trace_payload
+from docqa.audit.export import export_line
+from docqa.audit.models import AuditTrace
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def read_trace(session: Session, tenant: str, trace_id: str) -> dict[str, Any] |
 
 
 def export_lines(session: Session, where: TraceFilter, batch: int = 200) -> Iterator[bytes]:
-    """JSON Lines with chain proofs (see `docqa.server.audit.export`) of the tenant's traces, in chain order."""
+    """JSON Lines with chain proofs (see `docqa.audit.export`) of the tenant's traces, in chain order."""
     last = 0
     while True:
         query = where.apply(select(AuditTrace)).where(AuditTrace.seq > last).order_by(AuditTrace.seq).limit(batch)

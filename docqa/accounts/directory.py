@@ -13,7 +13,7 @@ import re
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from docqa.server.accounts.models import ROLES, Group, Tenant, User
+from docqa.accounts.models import ROLES, Group, Tenant, User
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 

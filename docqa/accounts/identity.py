@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from docqa.access import AccessScope
 
 if TYPE_CHECKING:
-    from docqa.server.accounts.models import User
+    from docqa.accounts.models import User
 
 
 def user_principal(user_id: str) -> str:

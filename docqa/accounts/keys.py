@@ -14,9 +14,9 @@ import secrets
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from docqa.server.accounts.directory import AccountError, get_user
-from docqa.server.accounts.identity import Caller
-from docqa.server.accounts.models import ApiKey, User, utcnow
+from docqa.accounts.directory import AccountError, get_user
+from docqa.accounts.identity import Caller
+from docqa.accounts.models import ApiKey, User, utcnow
 
 PREFIX = "dq"
 

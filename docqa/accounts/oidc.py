@@ -22,9 +22,9 @@ from typing import Any
 import jwt
 from sqlalchemy.orm import Session
 
+from docqa.accounts.directory import get_user
+from docqa.accounts.identity import Caller
 from docqa.errors import ConfigurationError
-from docqa.server.accounts.directory import get_user
-from docqa.server.accounts.identity import Caller
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from docqa.access import EVERYONE
-from docqa.server.audit import events as ev
-from docqa.server.audit.export import as_utc
-from docqa.server.audit.models import AuditEvent
+from docqa.audit import events as ev
+from docqa.audit.export import as_utc
+from docqa.audit.models import AuditEvent
 
 _DOCUMENT_ACTIONS = (ev.DOCUMENT_INGESTED, ev.RECORDS_INGESTED, ev.DOCUMENT_ACCESS_CHANGED, ev.DOCUMENT_DELETED)
 _USER_ACTIONS = (ev.USER_CREATED, ev.USER_CHANGED, ev.USER_DEACTIVATED)

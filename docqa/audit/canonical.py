@@ -11,7 +11,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from docqa.server.audit.models import AuditEvent, AuditStep, AuditTrace
+from docqa.audit.models import AuditEvent, AuditStep, AuditTrace
 
 FORMAT_VERSION = 1
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from docqa.server.audit.canonical import canonical_bytes, format_timestamp
-from docqa.server.audit.models import AuditAnchor, AuditEvent, AuditTrace
+from docqa.audit.canonical import canonical_bytes, format_timestamp
+from docqa.audit.models import AuditAnchor, AuditEvent, AuditTrace
 
 GENESIS_MAC = "0" * 64
 _LINK_DOMAIN = b"docqa-audit-chain-v1\n"

@@ -21,8 +21,8 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from docqa.server.audit.canonical import canonical_bytes
-from docqa.server.audit.keys import public_key_b64
+from docqa.audit.canonical import canonical_bytes
+from docqa.audit.keys import public_key_b64
 
 KIND_CHAIN = "chain"
 KIND_ARCHIVE = "archive"

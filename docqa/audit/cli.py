@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from docqa.audit.checkpoint import create_checkpoint, load_checkpoint, write_checkpoint
+from docqa.audit.events import CHECKPOINT_SIGNED, SYSTEM_TENANT, record_event
+from docqa.audit.export import export_jsonl
+from docqa.audit.keys import hmac_key, load_public_key, public_key_pem, signing_key, verify_key
+from docqa.audit.retention import ArchiveIntegrityError, retain, verify_archive
+from docqa.audit.verify import VerifyReport, verify_chain
 from docqa.db import session_factory
-from docqa.server.audit.checkpoint import create_checkpoint, load_checkpoint, write_checkpoint
-from docqa.server.audit.events import CHECKPOINT_SIGNED, SYSTEM_TENANT, record_event
-from docqa.server.audit.export import export_jsonl
-from docqa.server.audit.keys import hmac_key, load_public_key, public_key_pem, signing_key, verify_key
-from docqa.server.audit.retention import ArchiveIntegrityError, retain, verify_archive
-from docqa.server.audit.verify import VerifyReport, verify_chain
 from docqa.settings import Settings
 
 OK, FAILED, USAGE = 0, 1, 2
@@ -125,7 +125,7 @@ def checkpoint_command(args: argparse.Namespace, settings: Settings) -> int:
 
 def export_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.format == "ecs":
-        from docqa.server.audit.siem import export_ecs
+        from docqa.audit.siem import export_ecs
 
         out = None if str(args.out) == "-" else args.out
         with session_factory(settings)() as session:
@@ -141,7 +141,7 @@ def export_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def access_command(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.server.audit.access import replay_access
+    from docqa.audit.access import replay_access
 
     tenant = args.tenant or settings.tenant
     try:
@@ -166,9 +166,9 @@ def access_command(args: argparse.Namespace, settings: Settings) -> int:
 def events_command(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy import select
 
-    from docqa.server.audit.access import event_dict
-    from docqa.server.audit.event_queries import EventFilter
-    from docqa.server.audit.models import AuditEvent
+    from docqa.audit.access import event_dict
+    from docqa.audit.event_queries import EventFilter
+    from docqa.audit.models import AuditEvent
 
     # The operator's view: every tenant's events unless --tenant (the API always scopes to the auditor's).
     where = EventFilter(tenant=args.tenant, action=args.action, actor=args.actor, target=args.target,
@@ -202,7 +202,7 @@ def public_key_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def db_upgrade_command(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.server.schema import upgrade_database
+    from docqa.schema import upgrade_database
 
     upgrade_database(settings, args.revision)
     print(f"database at {args.revision}")

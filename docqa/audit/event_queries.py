@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from docqa.server.audit.access import event_dict
-from docqa.server.audit.export import export_line
-from docqa.server.audit.models import AuditEvent
+from docqa.audit.access import event_dict
+from docqa.audit.export import export_line
+from docqa.audit.models import AuditEvent
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from docqa.server.audit.canonical import canonical_bytes, event_payload
-from docqa.server.audit.chain import chain_tail, link_mac, lock_chain
-from docqa.server.audit.keys import hmac_key
-from docqa.server.audit.models import AuditEvent
-from docqa.server.audit.scrub import clean, clean_text, secret_values
+from docqa.audit.canonical import canonical_bytes, event_payload
+from docqa.audit.chain import chain_tail, link_mac, lock_chain
+from docqa.audit.keys import hmac_key
+from docqa.audit.models import AuditEvent
+from docqa.audit.scrub import clean, clean_text, secret_values
 from docqa.settings import Settings
 
 RESULT_SUCCESS = "success"
@@ -112,7 +112,7 @@ def append_event(session: Session, settings: Settings, **fields: Any) -> AuditEv
 
 def record_event(settings: Settings, **fields: Any) -> str:
     """Append one event in its own transaction (for changes outside the SQL database); returns its id."""
-    from docqa.server.audit.recorder import audit_session
+    from docqa.audit.recorder import audit_session
 
     with audit_session(settings) as session:
         return append_event(session, settings, **fields).id
@@ -124,7 +124,7 @@ def event_around(settings: Settings, **fields: Any) -> Iterator[Session]:
 
     The block raising rolls the event back; the event commits only after the block succeeded.
     """
-    from docqa.server.audit.recorder import audit_session
+    from docqa.audit.recorder import audit_session
 
     with audit_session(settings) as session:
         append_event(session, settings, **fields)

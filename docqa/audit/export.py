@@ -20,10 +20,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from docqa.server.audit.canonical import canonical_bytes, event_payload, trace_payload
-from docqa.server.audit.chain import ChainPosition
-from docqa.server.audit.models import AuditTrace
-from docqa.server.audit.verify import BrokenLink, LinkChecker, StoredTrace, VerifyReport, is_event, iter_links
+from docqa.audit.canonical import canonical_bytes, event_payload, trace_payload
+from docqa.audit.chain import ChainPosition
+from docqa.audit.models import AuditTrace
+from docqa.audit.verify import BrokenLink, LinkChecker, StoredTrace, VerifyReport, is_event, iter_links
 
 
 def export_line(trace: AuditTrace | StoredTrace | Any) -> bytes:

@@ -1,7 +1,7 @@
 """Writing traces: one per question, appended to the chain in the same transaction as everything it records.
 
 Usage:
-    from docqa.server.audit.recorder import answer_with_audit
+    from docqa.audit.recorder import answer_with_audit
     result = answer_with_audit(pipeline, "Who founded Acme?", scope, asked_by="alice", settings=settings)
     result.trace_id  # committed before the answer is returned
 
@@ -23,6 +23,11 @@ from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
 from docqa.access import AccessScope
+from docqa.audit.canonical import canonical_bytes, trace_payload
+from docqa.audit.chain import IMMEDIATE_SESSION, chain_tail, link_mac, lock_chain
+from docqa.audit.keys import hmac_key
+from docqa.audit.models import STATUS_COMPLETED, STATUS_FAILED, AuditStep, AuditTrace
+from docqa.audit.scrub import clean, clean_text, secret_values
 from docqa.db import make_engine
 from docqa.pipelines.base import QAPipeline, config_hash
 from docqa.recording import StepRecorder, capture_recorders
@@ -35,11 +40,6 @@ from docqa.run_control import (
     RunControl,
     RunStopped,
 )
-from docqa.server.audit.canonical import canonical_bytes, trace_payload
-from docqa.server.audit.chain import IMMEDIATE_SESSION, chain_tail, link_mac, lock_chain
-from docqa.server.audit.keys import hmac_key
-from docqa.server.audit.models import STATUS_COMPLETED, STATUS_FAILED, AuditStep, AuditTrace
-from docqa.server.audit.scrub import clean, clean_text, secret_values
 from docqa.settings import LLM_ROLES, Settings
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def _ensure_embedded_schema(settings: Settings, url: str) -> None:
         return
     from filelock import FileLock
 
-    from docqa.server.schema import upgrade_database
+    from docqa.schema import upgrade_database
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(settings.data_dir / ".migrate.lock")):

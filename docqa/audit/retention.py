@@ -21,15 +21,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import delete, select, text
 from sqlalchemy.orm import Session
 
-from docqa.server.audit.canonical import canonical_bytes, link_payload
-from docqa.server.audit.chain import ChainPosition, anchor_mac, chain_start, lock_chain
-from docqa.server.audit.checkpoint import KIND_ARCHIVE, create_checkpoint, load_checkpoint, write_checkpoint
-from docqa.server.audit.events import RETENTION_RUN, SYSTEM_TENANT, append_event
-from docqa.server.audit.export import as_utc, export_line, link_time, verify_jsonl
-from docqa.server.audit.keys import hmac_key, signing_key
-from docqa.server.audit.models import AuditAnchor, AuditEvent, AuditStep, AuditTrace
-from docqa.server.audit.recorder import audit_session
-from docqa.server.audit.verify import BrokenLink, LinkChecker, VerifyReport, iter_links
+from docqa.audit.canonical import canonical_bytes, link_payload
+from docqa.audit.chain import ChainPosition, anchor_mac, chain_start, lock_chain
+from docqa.audit.checkpoint import KIND_ARCHIVE, create_checkpoint, load_checkpoint, write_checkpoint
+from docqa.audit.events import RETENTION_RUN, SYSTEM_TENANT, append_event
+from docqa.audit.export import as_utc, export_line, link_time, verify_jsonl
+from docqa.audit.keys import hmac_key, signing_key
+from docqa.audit.models import AuditAnchor, AuditEvent, AuditStep, AuditTrace
+from docqa.audit.recorder import audit_session
+from docqa.audit.verify import BrokenLink, LinkChecker, VerifyReport, iter_links
 from docqa.settings import Settings
 
 

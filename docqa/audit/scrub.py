@@ -22,7 +22,7 @@ MASK = "***"
 _TOKEN_PATTERNS = (
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"),
-    # docqa API keys, `dq_<16 hex key id>_<token_urlsafe secret>` (`docqa.server.accounts.keys`): a user who
+    # docqa API keys, `dq_<16 hex key id>_<token_urlsafe secret>` (`docqa.accounts.keys`): a user who
     # pastes one into a question must not hand it to everyone who can read traces. No word boundary in front,
     # since `_` is a word character and `my_dq_...` still holds a working key; any secret length, since a
     # clipped step text may cut the key short and what is left still narrows a guess.

@@ -23,10 +23,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from docqa.server.audit import events as ev
-from docqa.server.audit.canonical import link_payload
-from docqa.server.audit.export import link_time
-from docqa.server.audit.verify import is_event, iter_links
+from docqa.audit import events as ev
+from docqa.audit.canonical import link_payload
+from docqa.audit.export import link_time
+from docqa.audit.verify import is_event, iter_links
 
 # ECS categorisation of each action: (event.category, event.type).
 _CATEGORIES: dict[str, tuple[list[str], list[str]]] = {

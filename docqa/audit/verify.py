@@ -19,10 +19,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
-from docqa.server.audit.canonical import canonical_bytes, link_payload
-from docqa.server.audit.chain import GENESIS_MAC, ChainPosition, anchor_mac, link_mac
-from docqa.server.audit.checkpoint import KIND_CHAIN, Checkpoint
-from docqa.server.audit.models import AuditAnchor, AuditEvent, AuditStep, AuditTrace
+from docqa.audit.canonical import canonical_bytes, link_payload
+from docqa.audit.chain import GENESIS_MAC, ChainPosition, anchor_mac, link_mac
+from docqa.audit.checkpoint import KIND_CHAIN, Checkpoint
+from docqa.audit.models import AuditAnchor, AuditEvent, AuditStep, AuditTrace
 
 BATCH = 500
 

@@ -8,13 +8,13 @@ from typing import Literal
 from fastapi import APIRouter, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from docqa.server.accounts import directory, keys
-from docqa.server.accounts.directory import AccountError
-from docqa.server.accounts.models import ApiKey, Group, User
+from docqa.accounts import directory, keys
+from docqa.accounts.directory import AccountError
+from docqa.accounts.models import ApiKey, Group, User
+from docqa.audit import events
+from docqa.audit.events import append_event
+from docqa.audit.recorder import audit_session
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError
-from docqa.server.audit import events
-from docqa.server.audit.events import append_event
-from docqa.server.audit.recorder import audit_session
 from docqa.server.auth import AdminCaller, ContextDep, RequestId
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=COMMON_ERROR_RESPONSES)

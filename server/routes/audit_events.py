@@ -13,10 +13,10 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from docqa.audit.access import replay_access
+from docqa.audit.event_queries import EventFilter, export_event_lines, iter_events, list_events
+from docqa.audit.siem import ecs_record
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError
-from docqa.server.audit.access import replay_access
-from docqa.server.audit.event_queries import EventFilter, export_event_lines, iter_events, list_events
-from docqa.server.audit.siem import ecs_record
 from docqa.server.auth import AuditorCaller, ContextDep
 from docqa.server.context import ServerContext
 

@@ -142,7 +142,7 @@ def upload_records(
     patient_id = str(documents[0].meta["patient_id"])
     embedder = context.runtime.document_embedder()
     embedder.warm_up()
-    from docqa.server.audit.events import RECORDS_INGESTED, event_around
+    from docqa.audit.events import RECORDS_INGESTED, event_around
 
     # The event is staged first and commits only when the store write succeeded.
     with event_around(context.settings, tenant=caller.tenant, actor=caller.user_id, action=RECORDS_INGESTED,

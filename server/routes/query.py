@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from docqa.server.accounts.identity import Caller
+from docqa.accounts.identity import Caller
 from docqa.server.answering import Prepared, answer, prepare
 from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT
 from docqa.server.auth import AskingCaller, ContextDep

@@ -13,9 +13,9 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
+from docqa.audit.keys import hmac_key
+from docqa.audit.verify import verify_for_tenant
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, NotFound
-from docqa.server.audit.keys import hmac_key
-from docqa.server.audit.verify import verify_for_tenant
 from docqa.server.auth import AuditorCaller, ContextDep
 from docqa.server.context import ServerContext
 from docqa.server.trace_queries import TraceFilter, export_lines, list_traces, read_trace

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from docqa.server.schema import downgrade_database, upgrade_database
+from docqa.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
 from tests.support.accounts_migration import (
     BEFORE,

@@ -7,9 +7,9 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from docqa.access import AccessScope
-from docqa.server.audit.models import AUDIT_TABLES
-from docqa.server.audit.recorder import answer_with_audit
-from docqa.server.schema import downgrade_database, upgrade_database
+from docqa.audit.models import AUDIT_TABLES
+from docqa.audit.recorder import answer_with_audit
+from docqa.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
 from tests.support.audit import SECRET, fill, schema_differences, traces
 from tests.support.audit_contract import AuditTrailContract, verify
@@ -92,9 +92,9 @@ class TestAppendOnlyOnPostgres:
 
 class TestEventsOnPostgres:
     def add_event(self, settings, target="group:x"):
-        from docqa.server.audit import events as ev
-        from docqa.server.audit.events import append_event
-        from docqa.server.audit.recorder import audit_session
+        from docqa.audit import events as ev
+        from docqa.audit.events import append_event
+        from docqa.audit.recorder import audit_session
 
         with audit_session(settings) as session:
             return append_event(session, settings, tenant="acme", actor="root", action=ev.GROUP_CREATED,

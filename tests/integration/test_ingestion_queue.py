@@ -15,7 +15,7 @@ from docqa.datasets import load_corpus
 from docqa.ingestion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.jobs import Upload, delete_document, job_status, submit_job
 from docqa.runtime import Runtime
-from docqa.server.schema import upgrade_database
+from docqa.schema import upgrade_database
 from docqa.settings import Settings
 from tests.support.celery_workers import WorkerProcess, redis_broker_url, wait_until
 from tests.support.postgres import throwaway_database

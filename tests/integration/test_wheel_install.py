@@ -106,7 +106,7 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instal
 
 def test_docqa_resolves_to_the_wheel_not_the_checkout(installed_wheel: InstalledWheel):
     probe = (
-        "import json, docqa, docqa.server.schema as schema\n"
+        "import json, docqa, docqa.schema as schema\n"
         "from docqa.server.routes.ui import STATIC_DIR\n"
         "print(json.dumps({'docqa': docqa.__file__, 'migrations': str(schema.migrations_dir()),"
         " 'static': str(STATIC_DIR)}))\n"

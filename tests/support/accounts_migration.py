@@ -13,8 +13,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from docqa.accounts import directory, keys
 from docqa.db import make_engine
-from docqa.server.accounts import directory, keys
 
 BEFORE = "0003_ingestion_jobs"
 NOW = datetime(2026, 11, 1, tzinfo=UTC)

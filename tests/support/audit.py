@@ -11,15 +11,15 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.orm import Session
 
 from docqa.access import AccessScope
+from docqa.audit.canonical import canonical_bytes, trace_payload
+from docqa.audit.chain import link_mac
+from docqa.audit.keys import hmac_key
+from docqa.audit.models import AuditTrace
+from docqa.audit.recorder import record_answer
 from docqa.db import Base, session_factory
 from docqa.recording import StepRecorder, document_summary, record_llm_call
 from docqa.result import Citation, LLMUsage, PipelineResult
-from docqa.server.audit.canonical import canonical_bytes, trace_payload
-from docqa.server.audit.chain import link_mac
-from docqa.server.audit.keys import hmac_key
-from docqa.server.audit.models import AuditTrace
-from docqa.server.audit.recorder import record_answer
-from docqa.server.schema import import_models
+from docqa.schema import import_models
 from docqa.settings import Settings
 
 SECRET = "unit-secret-7f3a9c2e"
@@ -119,7 +119,7 @@ def crash_mid_write(settings: Settings, marker_path: str) -> None:
     import os
     from pathlib import Path
 
-    from docqa.server.audit.recorder import append_trace, audit_session, build_trace
+    from docqa.audit.recorder import append_trace, audit_session, build_trace
 
     trace = build_trace(settings, tree_result(), asked_by="alice", tenant="acme", question="q",
                         pipeline="tree_test", models={}, config=None, error=None, steps=None, asked_at=None)

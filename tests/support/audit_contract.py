@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from docqa.server.audit.canonical import trace_payload
-from docqa.server.audit.chain import GENESIS_MAC, ChainPosition
-from docqa.server.audit.checkpoint import create_checkpoint
-from docqa.server.audit.export import export_jsonl, verify_jsonl
-from docqa.server.audit.keys import hmac_key, signing_key, verify_key
-from docqa.server.audit.models import AuditStep, AuditTrace
-from docqa.server.audit.recorder import answer_with_audit, audit_session, record_answer
-from docqa.server.audit.retention import retain, verify_archive
-from docqa.server.audit.verify import verify_chain
+from docqa.audit.canonical import trace_payload
+from docqa.audit.chain import GENESIS_MAC, ChainPosition
+from docqa.audit.checkpoint import create_checkpoint
+from docqa.audit.export import export_jsonl, verify_jsonl
+from docqa.audit.keys import hmac_key, signing_key, verify_key
+from docqa.audit.models import AuditStep, AuditTrace
+from docqa.audit.recorder import answer_with_audit, audit_session, record_answer
+from docqa.audit.retention import retain, verify_archive
+from docqa.audit.verify import verify_chain
 from tests.support.audit import (
     SCOPE,
     crash_mid_write,
@@ -113,7 +113,7 @@ class AuditTrailContract:
         assert verify(settings).ok
 
     def test_a_trace_that_cannot_be_written_means_no_answer_and_no_partial_trace(self, settings, monkeypatch):
-        import docqa.server.audit.recorder as recorder
+        import docqa.audit.recorder as recorder
 
         def broken_step_row(step, secrets):
             raise RuntimeError("disk full")
@@ -360,7 +360,7 @@ class AuditTrailContract:
         assert not report.ok and "differs" in report.broken.reason
 
     def test_retention_refuses_to_archive_a_broken_chain(self, settings, tmp_path):
-        from docqa.server.audit.retention import ArchiveIntegrityError
+        from docqa.audit.retention import ArchiveIntegrityError
 
         for month in (1, 2):
             record(settings, asked_at=utc(2025, month, 1))

@@ -13,12 +13,12 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from docqa.accounts import directory
+from docqa.accounts.keys import create_key
 from docqa.runtime import Runtime
-from docqa.server.accounts import directory
-from docqa.server.accounts.keys import create_key
+from docqa.schema import upgrade_database
 from docqa.server.app import create_app
 from docqa.server.config import ServerSettings
-from docqa.server.schema import upgrade_database
 
 # user id -> (tenant, role, groups)
 ACCOUNTS: dict[str, tuple[str, str, list[str]]] = {

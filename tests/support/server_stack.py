@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from docqa.runtime import Runtime
+from docqa.schema import upgrade_database
 from docqa.server.config import ServerSettings
-from docqa.server.schema import upgrade_database
 from tests.support.live_server import LiveServer, free_port, gunicorn_server, postgres_available, postgres_database
 from tests.support.scripted_openai_server import scripted_openai_server
 from tests.support.server_app import seed_accounts

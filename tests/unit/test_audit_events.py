@@ -10,17 +10,17 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from docqa.accounts import directory
+from docqa.audit import events as ev
+from docqa.audit.access import replay_access
+from docqa.audit.events import FailureThrottle, append_event, event_around
+from docqa.audit.export import export_jsonl, verify_jsonl
+from docqa.audit.keys import hmac_key
+from docqa.audit.models import AuditEvent
+from docqa.audit.recorder import audit_session
+from docqa.audit.verify import verify_chain, verify_for_tenant
 from docqa.db import session_factory
-from docqa.server.accounts import directory
-from docqa.server.audit import events as ev
-from docqa.server.audit.access import replay_access
-from docqa.server.audit.events import FailureThrottle, append_event, event_around
-from docqa.server.audit.export import export_jsonl, verify_jsonl
-from docqa.server.audit.keys import hmac_key
-from docqa.server.audit.models import AuditEvent
-from docqa.server.audit.recorder import audit_session
-from docqa.server.audit.verify import verify_chain, verify_for_tenant
-from docqa.server.schema import upgrade_database
+from docqa.schema import upgrade_database
 from docqa.settings import Settings
 from tests.support.audit import fill, tamper, utc
 from tests.support.scripted_chat import ScriptedChatGenerator
@@ -273,7 +273,7 @@ class TestAccessReplay:
         assert not self.ask(settings, "memo.txt", T0 + timedelta(days=2), principal="user:alice").allowed
 
     def test_cli_exits_0_for_yes_and_1_for_no(self, settings, monkeypatch, capsys):
-        from docqa.server.audit.cli import access_command
+        from docqa.audit.cli import access_command
 
         scripted_history(settings)
 

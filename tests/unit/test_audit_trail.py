@@ -10,17 +10,17 @@ import stat
 import pytest
 from sqlalchemy import create_engine, inspect
 
+from docqa.audit import cli
+from docqa.audit.canonical import canonical_bytes
+from docqa.audit.keys import hmac_key, signing_key
+from docqa.audit.models import AUDIT_TABLES
+from docqa.audit.recorder import record_answer
+from docqa.audit.retention import retain
+from docqa.audit.scrub import clean, secret_values
+from docqa.audit.verify import verify_for_tenant
 from docqa.errors import ConfigurationError
-from docqa.server.audit import cli
-from docqa.server.audit.canonical import canonical_bytes
-from docqa.server.audit.keys import hmac_key, signing_key
-from docqa.server.audit.models import AUDIT_TABLES
-from docqa.server.audit.recorder import record_answer
-from docqa.server.audit.retention import retain
-from docqa.server.audit.scrub import clean, secret_values
-from docqa.server.audit.verify import verify_for_tenant
+from docqa.schema import downgrade_database, upgrade_database
 from docqa.server.config import ServerSettings
-from docqa.server.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
 from tests.support.audit import SECRET, fill, schema_differences, session_for, tamper, tree_result, utc
 from tests.support.audit_contract import AuditTrailContract

@@ -6,7 +6,7 @@ import logging
 
 from fastapi.testclient import TestClient
 
-from docqa.server.audit.scrub import MASK, mask_tokens, scrub_log_records
+from docqa.audit.scrub import MASK, mask_tokens, scrub_log_records
 from tests.support.scripted_chat import ScriptedChatGenerator
 from tests.support.server_app import auth, build_test_app
 

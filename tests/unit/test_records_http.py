@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 from haystack import Document
 
 from docqa.runtime import Runtime
+from docqa.schema import upgrade_database
 from docqa.server.app import create_app
 from docqa.server.config import ServerSettings
-from docqa.server.schema import upgrade_database
 from tests.support.scripted_chat import ScriptedChatGenerator
 from tests.support.server_app import ACCOUNTS, auth, seed_accounts
 

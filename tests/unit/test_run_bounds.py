@@ -11,6 +11,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from docqa.access import AccessScope
+from docqa.audit.models import AuditTrace
+from docqa.audit.recorder import answer_with_audit
 from docqa.db import make_engine
 from docqa.errors import InvalidOptionsError
 from docqa.llm.calls import generate_text
@@ -19,9 +21,7 @@ from docqa.pipelines.registry import available_pipelines
 from docqa.recording import StepRecorder
 from docqa.result import PipelineResult, Totals
 from docqa.run_control import LLMBudgetExceededError, RunControl, RunStopped
-from docqa.server.audit.models import AuditTrace
-from docqa.server.audit.recorder import answer_with_audit
-from docqa.server.schema import upgrade_database
+from docqa.schema import upgrade_database
 from docqa.settings import Settings
 from tests.support.scripted_chat import ScriptedChatGenerator
 

@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from docqa.access import AccessScope
+from docqa.audit.recorder import answer_with_audit, record_answer
+from docqa.audit.scrub import MASK, clean, clean_text
 from docqa.recording import StepRecorder, record_llm_call
 from docqa.result import Citation, LLMUsage, PipelineResult
-from docqa.server.audit.recorder import answer_with_audit, record_answer
-from docqa.server.audit.scrub import MASK, clean, clean_text
 from docqa.settings import Settings
 from tests.support.audit import tree_result
 from tests.support.scripted_chat import ScriptedChatGenerator

@@ -7,12 +7,12 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from docqa.access import AccessScope
+from docqa.accounts import directory, keys
+from docqa.accounts.directory import AccountError
+from docqa.accounts.identity import Caller
+from docqa.accounts.models import ApiKey
+from docqa.accounts.oidc import token_caller
 from docqa.db import Base
-from docqa.server.accounts import directory, keys
-from docqa.server.accounts.directory import AccountError
-from docqa.server.accounts.identity import Caller
-from docqa.server.accounts.models import ApiKey
-from docqa.server.accounts.oidc import token_caller
 
 
 @pytest.fixture

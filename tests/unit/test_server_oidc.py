@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 
+from docqa.accounts import directory
 from docqa.db import session_factory
 from docqa.errors import ConfigurationError
-from docqa.server.accounts import directory
 from docqa.server.app import create_app
 from docqa.server.config import ServerSettings
 from tests.support.scripted_chat import ScriptedChatGenerator
