@@ -66,7 +66,7 @@ class DualFunctionSummarizer:
         self.max_answer_tokens = max_answer_tokens
         self.max_summary_words = max_summary_words
 
-    def summarize_global(self, question: str, documents: list[Document], iteration: int) -> GlobalEvidence:
+    def _summarize_global(self, question: str, documents: list[Document], iteration: int) -> GlobalEvidence:
         """
         :param question: The overarching question.
         :param documents: This iteration's documents.
@@ -82,7 +82,7 @@ class DualFunctionSummarizer:
         return GlobalEvidence(iteration=iteration, query=question, summary=self._clean_summary(raw),
                               document_ids=ids)
 
-    def answer_sub_question(
+    def _answer_sub_question(
         self, sub_question: str, documents: list[Document], memory: ReSPMemory, iteration: int
     ) -> PathwayEntry:
         """
@@ -125,11 +125,14 @@ class DualFunctionSummarizer:
             raise ValueError("iteration is 1-based")
         memory = memory or ReSPMemory()
         if sub_question is None:
-            evidence = self.summarize_global(question, documents, iteration)
+            evidence = self._summarize_global(question, documents, iteration)
             return {"memory": memory.with_evidence(evidence), "global_evidence": evidence, "pathway_entry": None}
+        # Concurrency lives here rather than in two graph branches: both calls need the same inputs and rejoin at
+        # once, and a branch-and-join inside ReSP's loop would need `Pipeline.run_async` (an event loop per
+        # question in sync callers) plus a join whose optional input waits on Haystack's deferred scheduling.
         evidence, entry = run_concurrently(
-            lambda: self.summarize_global(question, documents, iteration),
-            lambda: self.answer_sub_question(sub_question, documents, memory, iteration),
+            lambda: self._summarize_global(question, documents, iteration),
+            lambda: self._answer_sub_question(sub_question, documents, memory, iteration),
         )
         updated = memory.with_evidence(evidence).with_pathway(entry)
         return {"memory": updated, "global_evidence": evidence, "pathway_entry": entry}

@@ -3,13 +3,23 @@
 Iteration 1 retrieves for the question and writes global evidence. The reasoner judges from the memories
 alone whether the question can be answered; if not it plans one new sub-question, which is retrieved for and
 summarised both for the question (global evidence) and for itself (local pathway). The generator answers from
-the memories only. A small driver loop rather than a `haystack.Pipeline` cycle: every branch records its own
-step and stop reason, which a router/joiner cycle would obscure.
+the memories only.
+
+A `haystack.Pipeline` cycle around one controller (`ReSPController`), which reads each component's report and
+sends the next request or finishes with the stop reason:
+
+    resp_controller --query--> hybrid_retriever --documents--> resp_controller
+    resp_controller --summary_*--> dual_function_summarizer --memory--> resp_controller
+    resp_controller --judge_memory--> resp_judge --sufficient--> resp_controller
+    resp_controller --plan_memory, asked, rejected, attempt--> resp_planner --sub_question, accepted--> ...
+    resp_controller --answer_memory--> memory_answer_generator --answer
+    resp_controller --state--> loop_state (BranchJoiner) --value--> resp_controller
 
 Beyond the paper: a planned sub-question that repeats an asked one (normalised text or embedding similarity)
-is re-planned once, then the loop stops; the two summaries of an iteration run concurrently; a retrieval that
-brings no document not already summarised stops the loop; the last iteration skips the judgement, whose
-answer could not change what happens next.
+is re-planned once, then the loop stops; the two summaries of an iteration run concurrently (inside the
+summarizer's `run`); a retrieval that brings no document not already summarised stops the loop; the last
+iteration skips the judgement, whose answer could not change what happens next. Every component run is a step
+(the controller's and the joiner's are `control` steps whose `decision` says what came next and why).
 
 Usage:
     pipeline = build_pipeline("resp", runtime, top_k=5, max_iterations=3)
@@ -21,47 +31,98 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document
+from haystack import Pipeline
+from haystack.components.joiners import BranchJoiner
 
-from docqa.access import AccessScope, restrict
 from docqa.components.dual_function_summarizer import DualFunctionSummarizer
 from docqa.components.memory_answer_generator import MemoryAnswerGenerator
 from docqa.components.prompt_templates import load_prompt, prompt_fingerprint
-from docqa.components.resp_memory import ReSPMemory
-from docqa.components.resp_reasoner import ReSPReasoner
+from docqa.components.resp_controller import (
+    STOP_JUDGED_SUFFICIENT,
+    STOP_MAX_ITERATIONS,
+    STOP_NO_NEW_EVIDENCE,
+    STOP_NO_PLAN,
+    STOP_REPEATED_PLAN,
+    ReSPController,
+    ReSPLoopState,
+)
+from docqa.components.resp_reasoner import ReSPJudge, ReSPPlanner
 from docqa.components.sub_question_guard import SubQuestionGuard
-from docqa.pipelines.base import citations_from_documents, finish, validate_question
+from docqa.llm.role_generator import RoleChatGenerator
+from docqa.pipelines.haystack_strategy import HaystackStrategy
 from docqa.pipelines.options import ReSPOptions
 from docqa.pipelines.registry import register
-from docqa.recording import StepRecorder, document_summary, run_concurrently
-from docqa.result import PipelineResult
 from docqa.runtime import Runtime
 
-STOP_JUDGED_SUFFICIENT = "judged_sufficient"
-STOP_MAX_ITERATIONS = "max_iterations"
-STOP_REPEATED_PLAN = "repeated_plan"
-STOP_NO_PLAN = "no_plan"
-STOP_NO_NEW_EVIDENCE = "no_new_evidence"
+__all__ = [
+    "STOP_JUDGED_SUFFICIENT", "STOP_MAX_ITERATIONS", "STOP_NO_NEW_EVIDENCE", "STOP_NO_PLAN", "STOP_REPEATED_PLAN",
+    "ReSPPipeline", "build_resp", "build_resp_graph",
+]
 
 MAX_TOP_K = 100
 MAX_ITERATIONS = 10
 
-# Re-planning after a refused plan happens once: a model that repeats itself twice is unlikely to stop.
-_PLAN_ATTEMPTS = 2
+KINDS = {
+    "resp_controller": "control",
+    "loop_state": "control",
+    "hybrid_retriever": "retrieval",
+    "dual_function_summarizer": "summary",
+    "resp_judge": "judgement",
+    "resp_planner": "plan",
+    "memory_answer_generator": "generation",
+}
 
 
-class ReSPPipeline:
-    """The ReSP driver loop over injected components (see the module docstring)."""
+def build_resp_graph(retriever: Any, summarizer: DualFunctionSummarizer, judge: ReSPJudge, planner: ReSPPlanner,
+                     generator: MemoryAnswerGenerator, *, max_iterations: int) -> Pipeline:
+    """The ReSP graph (see the module docstring); its loop is bounded by the controller's runs per question."""
+    controller = ReSPController(max_iterations=max_iterations)
+    pipeline = Pipeline(max_runs_per_component=controller.runs_per_question())
+    pipeline.add_component("resp_controller", controller)
+    # The controller cannot feed itself: its state comes back through a joiner, the usual Haystack loop entry.
+    pipeline.add_component("loop_state", BranchJoiner(ReSPLoopState))
+    pipeline.add_component("hybrid_retriever", retriever)
+    pipeline.add_component("dual_function_summarizer", summarizer)
+    pipeline.add_component("resp_judge", judge)
+    pipeline.add_component("resp_planner", planner)
+    pipeline.add_component("memory_answer_generator", generator)
+    for sender, receiver in (
+        ("resp_controller.state", "loop_state.value"),
+        ("loop_state.value", "resp_controller.state"),
+        ("resp_controller.query", "hybrid_retriever.query"),
+        ("hybrid_retriever.documents", "resp_controller.documents"),
+        ("resp_controller.summary_documents", "dual_function_summarizer.documents"),
+        ("resp_controller.summary_memory", "dual_function_summarizer.memory"),
+        ("resp_controller.summary_sub_question", "dual_function_summarizer.sub_question"),
+        ("resp_controller.iteration", "dual_function_summarizer.iteration"),
+        ("dual_function_summarizer.memory", "resp_controller.memory"),
+        ("resp_controller.judge_memory", "resp_judge.memory"),
+        ("resp_judge.sufficient", "resp_controller.sufficient"),
+        ("resp_controller.plan_memory", "resp_planner.memory"),
+        ("resp_controller.asked", "resp_planner.asked"),
+        ("resp_controller.rejected", "resp_planner.rejected"),
+        ("resp_controller.attempt", "resp_planner.attempt"),
+        ("resp_planner.sub_question", "resp_controller.sub_question"),
+        ("resp_planner.accepted", "resp_controller.accepted"),
+        ("resp_controller.answer_memory", "memory_answer_generator.memory"),
+    ):
+        pipeline.connect(sender, receiver)
+    return pipeline
 
-    name = "resp"
+
+class ReSPPipeline(HaystackStrategy):
+    """ReSP as a docqa strategy: the graph of `build_resp_graph` run through `HaystackStrategy`.
+
+    Outputs: `answer` (generator), `stop_reason` and `cited_documents` (controller).
+    """
 
     def __init__(
         self,
         retriever: Any,
         summarizer: DualFunctionSummarizer,
-        reasoner: ReSPReasoner,
+        judge: ReSPJudge,
+        planner: ReSPPlanner,
         generator: MemoryAnswerGenerator,
-        guard: SubQuestionGuard,
         *,
         top_k: int,
         max_iterations: int,
@@ -69,12 +130,12 @@ class ReSPPipeline:
         models: dict[str, str | None] | None = None,
     ) -> None:
         """
-        :param retriever: A component with `run(query, filters, top_k) -> {"documents": [...]}`.
+        :param retriever: A component with `run(query, filters) -> {"documents": [...]}` returning `top_k`.
         :param summarizer: Writes both memories from each iteration's documents.
-        :param reasoner: Judges sufficiency and plans sub-questions.
+        :param judge: Judges sufficiency from the memories.
+        :param planner: Plans sub-questions and refuses repeats.
         :param generator: Answers from the memories.
-        :param guard: Refuses repeated sub-questions.
-        :param top_k: Documents retrieved per iteration.
+        :param top_k: Documents retrieved per iteration (the retriever's `top_k`).
         :param max_iterations: The paper's M: retrieval rounds at most.
         :param max_question_chars: Longest question accepted.
         :param models: Model name per role, for the recorded configuration.
@@ -84,147 +145,32 @@ class ReSPPipeline:
             raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}")
         if not 1 <= max_iterations <= MAX_ITERATIONS:
             raise ValueError(f"max_iterations must be between 1 and {MAX_ITERATIONS}")
-        self.retriever = retriever
-        self.summarizer = summarizer
-        self.reasoner = reasoner
-        self.generator = generator
-        self.guard = guard
-        self.top_k = top_k
-        self.max_iterations = max_iterations
-        self.max_question_chars = max_question_chars
-        self.models = models or {}
-        self._warmed_up = False
-
-    def config(self) -> dict[str, Any]:
-        return {
-            "pipeline": self.name,
-            "models": self.models,
-            "top_k": self.top_k,
-            "max_iterations": self.max_iterations,
-            "repeat_similarity": self.guard.similarity_threshold if self.guard.text_embedder is not None else None,
+        if getattr(retriever, "top_k", top_k) != top_k:
+            raise ValueError(f"the retriever returns {retriever.top_k} documents, not top_k={top_k}")
+        guard: SubQuestionGuard = planner.guard
+        summary = {
+            "top_k": top_k,
+            "max_iterations": max_iterations,
+            "repeat_similarity": guard.similarity_threshold if guard.text_embedder is not None else None,
             "max_tokens": {
-                "global_evidence": self.summarizer.max_summary_tokens,
-                "local_pathway": self.summarizer.max_answer_tokens,
-                "plan": self.reasoner.max_plan_tokens,
-                "generate": self.generator.max_tokens,
+                "global_evidence": summarizer.max_summary_tokens,
+                "local_pathway": summarizer.max_answer_tokens,
+                "plan": planner.max_plan_tokens,
+                "generate": generator.max_tokens,
             },
             "prompts": {
-                "resp_global_evidence": prompt_fingerprint(self.summarizer.global_template),
-                "resp_local_pathway": prompt_fingerprint(self.summarizer.local_template),
-                "resp_judge": prompt_fingerprint(self.reasoner.judge_template),
-                "resp_plan": prompt_fingerprint(self.reasoner.plan_template),
-                "resp_generate": prompt_fingerprint(self.generator.prompt_template),
+                "resp_global_evidence": prompt_fingerprint(summarizer.global_template),
+                "resp_local_pathway": prompt_fingerprint(summarizer.local_template),
+                "resp_judge": prompt_fingerprint(judge.judge_template),
+                "resp_plan": prompt_fingerprint(planner.plan_template),
+                "resp_generate": prompt_fingerprint(generator.prompt_template),
             },
         }
-
-    def run(self, question: str, scope: AccessScope, filters: dict[str, Any] | None = None) -> PipelineResult:
-        question = validate_question(question, self.max_question_chars)
-        if not self._warmed_up:
-            self.guard.warm_up()
-            self._warmed_up = True
-        recorder = StepRecorder()
-        effective_filters = restrict(scope, filters)
-        memory = ReSPMemory()
-        asked = [question]
-        summarized: dict[str, Document] = {}
-        sub_question: str | None = None
-        stop_reason = STOP_MAX_ITERATIONS
-        for iteration in range(1, self.max_iterations + 1):
-            query = sub_question or question
-            documents = self._retrieve(recorder, query, effective_filters, iteration, summarized)
-            if not any(doc.id not in summarized for doc in documents):
-                stop_reason = STOP_NO_NEW_EVIDENCE
-                break
-            summarized.update((doc.id, doc) for doc in documents)
-            memory = self._summarize(recorder, question, sub_question, documents, memory, iteration)
-            if iteration == self.max_iterations:
-                break
-            if self._judge(recorder, question, memory, iteration):
-                stop_reason = STOP_JUDGED_SUFFICIENT
-                break
-            sub_question, refusal = self._plan(recorder, question, memory, asked, iteration)
-            if sub_question is None:
-                stop_reason = refusal or STOP_NO_PLAN
-                break
-            asked.append(sub_question)
-        answer = self._generate(recorder, question, memory, stop_reason)
-        citations = citations_from_documents(list(summarized.values()))
-        return finish(self, question, answer, citations, recorder, stop_reason=stop_reason)
-
-    def _retrieve(self, recorder: StepRecorder, query: str, filters: dict[str, Any], iteration: int,
-                  summarized: dict[str, Document]) -> list[Document]:
-        inputs = {"query": query, "top_k": self.top_k, "filters": filters, "iteration": iteration}
-        with recorder.step("retrieval", "hybrid_retriever", inputs=inputs) as step:
-            documents = self.retriever.run(query=query, filters=filters, top_k=self.top_k)["documents"]
-            step.outputs["documents"] = [document_summary(doc) for doc in documents]
-            step.outputs["new_document_ids"] = [doc.id for doc in documents if doc.id not in summarized]
-            step.outputs["words"] = sum(len((doc.content or "").split()) for doc in documents)
-        return documents
-
-    def _summarize(self, recorder: StepRecorder, question: str, sub_question: str | None,
-                   documents: list[Document], memory: ReSPMemory, iteration: int) -> ReSPMemory:
-        ids = [doc.id for doc in documents]
-
-        def global_evidence() -> Any:
-            inputs = {"question": question, "document_ids": ids, "iteration": iteration}
-            with recorder.step("summary", "global_evidence", inputs=inputs) as step:
-                evidence = self.summarizer.summarize_global(question, documents, iteration)
-                step.outputs["global_evidence"] = evidence
-            return evidence
-
-        def local_pathway() -> Any:
-            inputs = {"sub_question": sub_question, "document_ids": ids, "iteration": iteration}
-            with recorder.step("summary", "local_pathway", inputs=inputs) as step:
-                entry = self.summarizer.answer_sub_question(sub_question or question, documents, memory, iteration)
-                step.outputs["pathway_entry"] = entry
-            return entry
-
-        # Iteration 1 retrieves for the question itself: there is no sub-question to answer yet.
-        if sub_question is None:
-            return memory.with_evidence(global_evidence())
-        evidence, entry = run_concurrently(global_evidence, local_pathway)
-        return memory.with_evidence(evidence).with_pathway(entry)
-
-    def _judge(self, recorder: StepRecorder, question: str, memory: ReSPMemory, iteration: int) -> bool:
-        with recorder.step("judgement", "resp_reasoner.judge",
-                           inputs={"question": question, "memory": memory, "iteration": iteration}) as step:
-            verdict = self.reasoner.judge(question, memory)
-            step.outputs["verdict"] = {True: "yes", False: "no", None: "unreadable"}[verdict]
-            step.outputs["sufficient"] = verdict is True
-        return verdict is True
-
-    def _plan(self, recorder: StepRecorder, question: str, memory: ReSPMemory, asked: list[str],
-              iteration: int) -> tuple[str | None, str | None]:
-        """The accepted sub-question, or None and the reason the last attempt was refused."""
-        rejected: str | None = None
-        refusal: str | None = None
-        for attempt in range(1, _PLAN_ATTEMPTS + 1):
-            inputs = {"question": question, "asked": list(asked), "rejected": rejected, "iteration": iteration,
-                      "attempt": attempt}
-            with recorder.step("plan", "resp_reasoner.plan", inputs=inputs) as step:
-                candidate = self.reasoner.plan(question, memory, asked, rejected=rejected)
-                step.outputs["sub_question"] = candidate
-                if candidate is None:
-                    refusal = STOP_NO_PLAN
-                else:
-                    check = self.guard.run(candidate=candidate, asked=asked)
-                    step.outputs["repeat_check"] = check
-                    if not check["repeated"]:
-                        step.outputs["accepted"] = True
-                        return candidate, None
-                    refusal = STOP_REPEATED_PLAN
-                    rejected = candidate
-                step.outputs["accepted"] = False
-                step.outputs["refusal"] = refusal
-        return None, refusal
-
-    def _generate(self, recorder: StepRecorder, question: str, memory: ReSPMemory, stop_reason: str) -> str:
-        inputs = {"question": question, "memory": memory, "memory_words": memory.word_count(),
-                  "stop_reason": stop_reason}
-        with recorder.step("generation", "memory_answer_generator", inputs=inputs) as step:
-            answer = self.generator.run(question=question, memory=memory)["answer"]
-            step.outputs["answer"] = answer
-        return answer
+        pipeline = build_resp_graph(retriever, summarizer, judge, planner, generator, max_iterations=max_iterations)
+        super().__init__("resp", pipeline, models=models, max_question_chars=max_question_chars, kinds=KINDS,
+                         summary=summary)
+        self.top_k = top_k
+        self.max_iterations = max_iterations
 
 
 @register("resp", "ReSP: iterative retrieve-summarize-plan over global evidence and local pathway memories.",
@@ -237,7 +183,8 @@ def build_resp(
     answer_tokens: int = 48,
 ) -> ReSPPipeline:
     """
-    :param runtime: Shared collaborators; roles "summarizer", "reasoner" and "generator" may use different models.
+    :param runtime: Shared collaborators; roles "summarizer", "reasoner" and "generator" may use different models
+        (each wrapped in a `RoleChatGenerator`, so the exported YAML names roles, never endpoints).
     :param top_k: Documents per retrieval (settings.top_k by default).
     :param max_iterations: The paper's M (settings.resp_max_iterations by default).
     :param summary_tokens: Token cap of a global evidence summary.
@@ -247,31 +194,32 @@ def build_resp(
     top_k = top_k or settings.top_k
     prompts = settings.prompts_dir
     summarizer = DualFunctionSummarizer(
-        runtime.chat_generator("summarizer"),
+        RoleChatGenerator("summarizer", runtime.chat_generator("summarizer")),
         global_template=load_prompt("resp_global_evidence", prompts),
         local_template=load_prompt("resp_local_pathway", prompts),
         max_summary_tokens=summary_tokens,
     )
-    reasoner = ReSPReasoner(
-        runtime.chat_generator("reasoner"),
-        judge_template=load_prompt("resp_judge", prompts),
-        plan_template=load_prompt("resp_plan", prompts),
-    )
-    generator = MemoryAnswerGenerator(
-        runtime.chat_generator("generator"),
-        prompt_template=load_prompt("resp_generate", prompts),
-        max_tokens=answer_tokens,
-    )
+    judge = ReSPJudge(RoleChatGenerator("reasoner", runtime.chat_generator("reasoner")),
+                      judge_template=load_prompt("resp_judge", prompts))
     retriever = runtime.retriever(top_k)
     # The retriever's query embedder already holds the model: share it rather than load a second copy.
     embedder = getattr(retriever, "text_embedder", None) or runtime.text_embedder()
-    guard = SubQuestionGuard(embedder, similarity_threshold=settings.resp_repeat_similarity)
+    planner = ReSPPlanner(
+        RoleChatGenerator("reasoner", runtime.chat_generator("reasoner")),
+        guard=SubQuestionGuard(embedder, similarity_threshold=settings.resp_repeat_similarity),
+        plan_template=load_prompt("resp_plan", prompts),
+    )
+    generator = MemoryAnswerGenerator(
+        RoleChatGenerator("generator", runtime.chat_generator("generator")),
+        prompt_template=load_prompt("resp_generate", prompts),
+        max_tokens=answer_tokens,
+    )
     return ReSPPipeline(
         retriever,
         summarizer,
-        reasoner,
+        judge,
+        planner,
         generator,
-        guard,
         top_k=top_k,
         max_iterations=max_iterations or settings.resp_max_iterations,
         max_question_chars=settings.max_question_chars,

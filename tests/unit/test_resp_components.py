@@ -1,4 +1,4 @@
-"""ReSP components one by one: memories, summarizer, reasoner, generator, repeat guard."""
+"""ReSP components one by one: memories, summarizer, judge, planner, controller, generator, repeat guard."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from haystack.utils import Secret
 from docqa.components.dual_function_summarizer import DualFunctionSummarizer
 from docqa.components.memory_answer_generator import MemoryAnswerGenerator
 from docqa.components.prompt_templates import load_prompt
+from docqa.components.resp_controller import ReSPController, ReSPLoopState
 from docqa.components.resp_memory import GlobalEvidence, PathwayEntry, ReSPMemory
-from docqa.components.resp_reasoner import ReSPReasoner
+from docqa.components.resp_reasoner import ReSPJudge, ReSPPlanner
 from docqa.components.sub_question_guard import SubQuestionGuard, normalize_question
 from tests.support.resp_fakes import GLOBAL, JUDGE, LOCAL, PLAN
 from tests.support.scripted_chat import ScriptedChatGenerator
@@ -54,7 +55,8 @@ class TestReSPMemory:
 class TestDualFunctionSummarizer:
     def test_global_summary_is_cut_at_done_and_bounded(self) -> None:
         llm = ScriptedChatGenerator(rules=[(GLOBAL, "Passage: " + "word " * 500 + "[DONE] ignored")])
-        evidence = DualFunctionSummarizer(llm, max_summary_words=20).summarize_global("Q?", DOCS, 1)
+        evidence = DualFunctionSummarizer(llm, max_summary_words=20).run(question="Q?", documents=DOCS)[
+            "global_evidence"]
         assert evidence.summary == " ".join(["word"] * 20)
         assert evidence.document_ids == ("d1",)
         assert "Jaws was directed by Steven Spielberg." in llm.calls[0]["prompt"]
@@ -71,8 +73,10 @@ class TestDualFunctionSummarizer:
     ])
     def test_local_answer_counts_only_after_a_leading_yes(self, reply: str, answered: bool, answer: str) -> None:
         llm = ScriptedChatGenerator(rules=[(LOCAL, reply)])
-        entry = DualFunctionSummarizer(llm).answer_sub_question("Who directed Jaws?", DOCS, ReSPMemory(), 2)
-        assert (entry.answered, entry.answer) == (answered, answer)
+        out = DualFunctionSummarizer(llm).run(question="Q?", documents=DOCS, memory=ReSPMemory(),
+                                              sub_question="Who directed Jaws?", iteration=2)
+        entry = out["pathway_entry"]
+        assert (entry.sub_question, entry.answered, entry.answer) == ("Who directed Jaws?", answered, answer)
 
     def test_no_documents_means_no_llm_call(self) -> None:
         llm = ScriptedChatGenerator(default="should not be used")
@@ -101,14 +105,18 @@ class TestDualFunctionSummarizer:
         with pytest.raises(ValueError):
             DualFunctionSummarizer(ScriptedChatGenerator()).run(question="Q?", documents=DOCS, iteration=0)
 
-class TestReSPReasoner:
-    @pytest.mark.parametrize(("reply", "expected"), [('{"answer": "Yes"}', True), ("No", False), ("hmm", None)])
-    def test_judge(self, reply: str, expected: bool | None) -> None:
+class TestReSPJudge:
+    @pytest.mark.parametrize(("reply", "expected"), [('{"answer": "Yes"}', (True, "yes")), ("No", (False, "no")),
+                                                     ("hmm", (False, "unreadable"))])
+    def test_judge(self, reply: str, expected: tuple[bool, str]) -> None:
         llm = ScriptedChatGenerator(rules=[(JUDGE, reply)])
-        assert ReSPReasoner(llm).judge("Q?", _memory()) is expected
+        out = ReSPJudge(llm).run(question="Q?", memory=_memory())
+        assert (out["sufficient"], out["verdict"]) == expected
         assert "Who directed Jaws? Answer: Spielberg" in llm.calls[0]["prompt"]
         assert "response_format" in llm.calls[0]["generation_kwargs"]
 
+
+class TestReSPPlanner:
     @pytest.mark.parametrize(("reply", "expected"), [
         ("When was Spielberg born?", "When was Spielberg born?"),
         ("[Your thought]: When was Spielberg born?\nMore thoughts", "When was Spielberg born?"),
@@ -119,27 +127,93 @@ class TestReSPReasoner:
     ])
     def test_plan_is_cleaned_or_refused(self, reply: str, expected: str | None) -> None:
         llm = ScriptedChatGenerator(rules=[(PLAN, reply)])
-        assert ReSPReasoner(llm).plan("Q?", _memory(), asked=["Q?"]) == expected
+        out = ReSPPlanner(llm).run(question="Q?", memory=_memory(), asked=["Q?"])
+        assert out["sub_question"] == expected
+        assert out["accepted"] is (expected is not None)
+        assert (out["repeat_check"] is None) is (expected is None)
 
     def test_plan_is_bounded(self) -> None:
         llm = ScriptedChatGenerator(rules=[(PLAN, "Who " + "very " * 200 + "tall?")])
-        plan = ReSPReasoner(llm, max_sub_question_chars=50).plan("Q?", ReSPMemory(), asked=["Q?"])
+        plan = ReSPPlanner(llm, max_sub_question_chars=50).run(question="Q?", memory=ReSPMemory())["sub_question"]
         assert plan is not None and len(plan) <= 50
+        assert llm.calls[0]["generation_kwargs"]["max_tokens"] == 48
 
     def test_plan_prompt_lists_asked_questions_and_the_rejected_one(self) -> None:
         llm = ScriptedChatGenerator(rules=[(PLAN, "Who scored Jaws?")])
-        ReSPReasoner(llm).plan("Q?", ReSPMemory(), asked=["Q?", "Who directed Jaws?"], rejected="Who made Jaws?")
+        ReSPPlanner(llm).run(question="Q?", memory=ReSPMemory(), asked=["Q?", "Who directed Jaws?"],
+                             rejected="Who made Jaws?")
         prompt = llm.calls[0]["prompt"]
         assert "- Who directed Jaws?" in prompt and '"Who made Jaws?" repeats' in prompt
 
-    def test_run_plans_only_when_not_sufficient(self) -> None:
-        llm = ScriptedChatGenerator(rules=[(JUDGE, ["Yes", "No"]), (PLAN, "Who scored Jaws?")])
-        reasoner = ReSPReasoner(llm)
-        assert reasoner.run(question="Q?", memory=_memory()) == {"sufficient": True, "verdict": "yes",
-                                                                  "sub_question": None}
-        assert reasoner.run(question="Q?", memory=_memory()) == {"sufficient": False, "verdict": "no",
-                                                                  "sub_question": "Who scored Jaws?"}
-        assert len(llm.calls) == 3
+    def test_a_repeated_plan_is_not_accepted(self) -> None:
+        llm = ScriptedChatGenerator(rules=[(PLAN, "who directed jaws")])
+        out = ReSPPlanner(llm).run(question="Q?", memory=_memory(), asked=["Q?", "Who directed Jaws?"], attempt=2)
+        assert out["sub_question"] == "who directed jaws" and out["accepted"] is False
+        assert out["repeat_check"]["matched"] == "Who directed Jaws?"
+
+
+def _report(controller: ReSPController, state: ReSPLoopState, **report: object) -> dict:
+    return controller.run(question="Q?", state=state, **report)  # type: ignore[arg-type]
+
+
+class TestReSPController:
+    """The controller's decisions one report at a time (the whole loop is in test_resp_pipeline.py)."""
+
+    def test_start_retrieves_for_the_question(self) -> None:
+        out = ReSPController(max_iterations=2).run(question="Q?")
+        assert out["query"] == "Q?" and out["state"].asked == ("Q?",) and out["state"].iteration == 1
+        assert "stop_reason" not in out
+
+    def test_no_new_document_stops(self) -> None:
+        state = ReSPLoopState(asked=("Q?",), summarized=tuple(DOCS))
+        out = _report(ReSPController(), state, documents=DOCS)
+        assert out["stop_reason"] == "no_new_evidence" and out["cited_documents"] == DOCS
+        assert out["answer_memory"] == state.memory and "state" not in out
+
+    def test_new_documents_are_summarised_and_cited_once(self) -> None:
+        new = Document(id="d2", content="Spielberg was born in Cincinnati.")
+        state = ReSPLoopState(iteration=2, sub_question="S?", asked=("Q?", "S?"), summarized=tuple(DOCS))
+        out = _report(ReSPController(), state, documents=[DOCS[0], new, new])
+        assert out["summary_documents"] == [DOCS[0], new, new] and out["summary_sub_question"] == "S?"
+        assert out["iteration"] == 2 and [d.id for d in out["state"].summarized] == ["d1", "d2"]
+
+    def test_the_last_iteration_answers_without_judging(self) -> None:
+        out = _report(ReSPController(max_iterations=2), ReSPLoopState(iteration=2), memory=_memory())
+        assert out["stop_reason"] == "max_iterations" and out["answer_memory"] == _memory()
+        assert "judge_memory" not in out
+        earlier = _report(ReSPController(max_iterations=2), ReSPLoopState(iteration=1), memory=_memory())
+        assert earlier["judge_memory"] == _memory() and "stop_reason" not in earlier
+
+    def test_judgement_stops_or_plans(self) -> None:
+        controller = ReSPController()
+        assert _report(controller, ReSPLoopState(), sufficient=True)["stop_reason"] == "judged_sufficient"
+        out = _report(controller, ReSPLoopState(asked=("Q?",)), sufficient=False)
+        assert (out["attempt"], out["rejected"], out["asked"]) == (1, None, ["Q?"])
+
+    @pytest.mark.parametrize(("sub_question", "refusal", "rejected"), [
+        (None, "no_plan", None), ("Who directed Jaws?", "repeated_plan", "Who directed Jaws?")])
+    def test_a_refused_plan_is_retried_once_then_stops(self, sub_question, refusal, rejected) -> None:
+        controller = ReSPController()
+        first = _report(controller, ReSPLoopState(attempt=1), sub_question=sub_question, accepted=False)
+        assert (first["attempt"], first["rejected"]) == (2, rejected)
+        assert first["decision"]["refusal"] == refusal
+        second = _report(controller, first["state"], sub_question=sub_question, accepted=False)
+        assert second["stop_reason"] == refusal and "attempt" not in second
+
+    def test_an_accepted_plan_starts_the_next_iteration(self) -> None:
+        state = ReSPLoopState(asked=("Q?",), attempt=2, rejected="old")
+        out = _report(ReSPController(), state, sub_question="S?", accepted=True)
+        assert out["query"] == "S?"
+        assert (out["state"].iteration, out["state"].asked, out["state"].attempt) == (2, ("Q?", "S?"), 0)
+
+    def test_a_run_without_a_report_is_an_error(self) -> None:
+        with pytest.raises(ValueError, match="without a report"):
+            _report(ReSPController(), ReSPLoopState())
+
+    def test_its_runs_bound_the_loop(self) -> None:
+        assert ReSPController(max_iterations=3).runs_per_question() == 1 + 3 * 5
+        with pytest.raises(ValueError):
+            ReSPController(max_iterations=0)
 
 
 class TestMemoryAnswerGenerator:
@@ -169,14 +243,20 @@ def test_components_survive_a_pipeline_yaml_round_trip() -> None:
 
     pipeline = Pipeline()
     pipeline.add_component("summarizer", DualFunctionSummarizer(chat(), max_answer_tokens=9))
-    pipeline.add_component("reasoner", ReSPReasoner(chat(), max_plan_tokens=7))
+    pipeline.add_component("judge", ReSPJudge(chat(), judge_template="J {{ question }}"))
+    pipeline.add_component("planner", ReSPPlanner(chat(), SubQuestionGuard(similarity_threshold=0.7),
+                                                  max_plan_tokens=7))
+    pipeline.add_component("controller", ReSPController(max_iterations=4))
     pipeline.add_component("generator", MemoryAnswerGenerator(chat(), max_tokens=5))
     pipeline.add_component("guard", SubQuestionGuard(similarity_threshold=0.8))
     restored = Pipeline.loads(pipeline.dumps(), allowed_modules=["docqa.*"])
 
     assert restored.get_component("summarizer").max_answer_tokens == 9
     assert restored.get_component("summarizer").local_template == load_prompt("resp_local_pathway")
-    assert restored.get_component("reasoner").max_plan_tokens == 7
+    assert restored.get_component("judge").judge_template == "J {{ question }}"
+    assert restored.get_component("planner").max_plan_tokens == 7
+    assert restored.get_component("planner").guard.similarity_threshold == 0.7
+    assert restored.get_component("controller").max_iterations == 4
     assert isinstance(restored.get_component("generator").chat_generator, OpenAIChatGenerator)
     assert restored.get_component("guard").similarity_threshold == 0.8
 

@@ -1,4 +1,4 @@
-"""Control flow of the ReSP driver loop with a scripted LLM and a filter-honouring keyword retriever."""
+"""Control flow of the ReSP graph with a scripted LLM and a filter-honouring keyword retriever."""
 
 from __future__ import annotations
 
@@ -12,7 +12,18 @@ from docqa.access import AccessScope, restrict
 from docqa.errors import InvalidQuestionError
 from docqa.pipelines import resp
 from docqa.pipelines.registry import available_pipelines
-from tests.support.resp_fakes import GENERATE, GLOBAL, JUDGE, LOCAL, PLAN, KeywordRetriever, build, doc, steps_of
+from tests.support.resp_fakes import (
+    GENERATE,
+    GLOBAL,
+    JUDGE,
+    LOCAL,
+    PLAN,
+    KeywordRetriever,
+    build,
+    decisions,
+    doc,
+    steps_of,
+)
 from tests.support.scripted_chat import ScriptedChatGenerator
 
 SCOPE = AccessScope("acme", frozenset({"alice"}))
@@ -55,18 +66,23 @@ class TestOverPlanning:
         pipeline = build(self.llm, self.retriever, top_k=2)
         result = pipeline.run("What nationality is the director of Twisted Fortune?", SCOPE)
 
-        assert [(s.kind, s.name) for s in result.steps] == [
+        work = [s for s in result.steps if s.kind != "control"]
+        assert [(s.kind, s.name) for s in work] == [
             ("retrieval", "hybrid_retriever"),
-            ("summary", "global_evidence"),
-            ("judgement", "resp_reasoner.judge"),
+            ("summary", "dual_function_summarizer"),
+            ("judgement", "resp_judge"),
             ("generation", "memory_answer_generator"),
         ]
-        retrieved = result.steps[0].outputs["documents"]
+        # Between them, the controller decides what comes next (its state returns through the loop joiner).
+        assert [(d["event"], d["next"]) for d in decisions(result)] == [
+            ("start", "retrieve"), ("retrieved", "summarize"), ("summarized", "judge"), ("judged", "answer")]
+        retrieved = work[0].outputs["documents"]
         assert {d["id"] for d in retrieved} == {"tf", "lh"}
         assert all(isinstance(d["score"], float) for d in retrieved)
-        assert result.steps[1].outputs["global_evidence"]["summary"].startswith("Twisted Fortune was directed")
+        assert work[1].outputs["global_evidence"]["summary"].startswith("Twisted Fortune was directed")
         assert result.totals.llm_calls == 3 == len(self.llm.calls)
-        assert all(s.outputs["llm_calls"] for s in result.steps[1:])
+        assert all(s.outputs["llm_calls"] for s in work[1:])
+        assert not any(s.outputs.get("llm_calls") for s in result.steps if s.kind == "control")
 
 
 class TestRepetitivePlanning:
@@ -195,8 +211,11 @@ class TestMemories:
         result = build(self.llm, self.retriever).run(self.QUESTION, SCOPE)
 
         summaries = steps_of(result, "summary")
-        assert sorted(s.name for s in summaries) == ["global_evidence", "global_evidence", "local_pathway"]
-        entry = next(s for s in summaries if s.name == "local_pathway").outputs["pathway_entry"]
+        # Iteration 1 writes global evidence only; iteration 2 both memories, one LLM call each.
+        assert [len(s.outputs["llm_calls"]) for s in summaries] == [1, 2]
+        assert summaries[0].outputs["pathway_entry"] is None
+        assert [s.outputs["global_evidence"]["iteration"] for s in summaries] == [1, 2]
+        entry = summaries[1].outputs["pathway_entry"]
         assert entry == {"iteration": 2, "sub_question": "Where was Omar Vance born?", "answered": True,
                          "answer": "in Lisbon.", "document_ids": ["ov"]}
         judge_prompt = _prompts(self.llm, JUDGE)[-1]
@@ -211,7 +230,7 @@ class TestMemories:
 
         assert result.stop_reason == resp.STOP_NO_NEW_EVIDENCE
         assert len(self.retriever.calls) == 2
-        assert steps_of(result, "retrieval")[1].outputs["new_document_ids"] == []
+        assert [d["new_document_ids"] for d in decisions(result) if d["event"] == "retrieved"] == [["gh"], []]
         assert len(steps_of(result, "summary")) == 1
 
 
@@ -270,8 +289,7 @@ def test_global_and_local_summaries_of_one_iteration_run_concurrently() -> None:
 
     assert llm.waited == 2
     assert not llm.barrier.broken
-    assert sorted(s.name for s in steps_of(result, "summary")) == ["global_evidence", "global_evidence",
-                                                                    "local_pathway"]
+    assert [len(s.outputs["llm_calls"]) for s in steps_of(result, "summary")] == [1, 2]
 
 
 def test_invalid_question_is_rejected_before_any_call() -> None:
