@@ -112,7 +112,8 @@ def _document(result: Any) -> Document | None:
     url = result.get("url") if isinstance(result.get("url"), str) else ""
     title = result.get("title") if isinstance(result.get("title"), str) else ""
     content = result.get("content") if isinstance(result.get("content"), str) else ""
-    text = " ".join(f"{title}. {content}".split()).strip(". ")[:_MAX_RESULT_CHARS]
+    text = " ".join(". ".join(part for part in (title.strip(), content.strip()) if part).split())
+    text = text[:_MAX_RESULT_CHARS]
     if not text:
         return None
     doc_id = "web-" + hashlib.sha256(f"{url}\n{text}".encode()).hexdigest()[:32]

@@ -20,7 +20,8 @@ from docqa.runtime import Runtime
 Builder = Callable[..., QAPipeline]
 
 # Modules that register strategies when imported; a new strategy adds its module here.
-_STRATEGY_MODULES = ("docqa.pipelines.baselines", "docqa.pipelines.resp", "docqa.pipelines.atrag")
+_STRATEGY_MODULES = ("docqa.pipelines.baselines", "docqa.pipelines.resp", "docqa.pipelines.atrag",
+                     "docqa.pipelines.mspr")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,14 @@ from docqa.audit.recorder import answer_with_audit
 from docqa.db import make_engine
 from docqa.errors import InvalidOptionsError
 from docqa.llm.calls import generate_text
-from docqa.pipelines.options import ATRAGOptions, NoRetrievalOptions, ReSPOptions, StandardOptions, validate_options
+from docqa.pipelines.options import (
+    ATRAGOptions,
+    MSPROptions,
+    NoRetrievalOptions,
+    ReSPOptions,
+    StandardOptions,
+    validate_options,
+)
 from docqa.pipelines.registry import available_pipelines
 from docqa.recording import StepRecorder
 from docqa.result import PipelineResult, Totals
@@ -26,7 +33,8 @@ from docqa.settings import Settings
 from tests.support.scripted_chat import ScriptedChatGenerator
 
 SCOPE = AccessScope(tenant="acme", principals=frozenset({"user:alice"}))
-MODELS = {"no_retrieval": NoRetrievalOptions, "standard": StandardOptions, "resp": ReSPOptions, "atrag": ATRAGOptions}
+MODELS = {"no_retrieval": NoRetrievalOptions, "standard": StandardOptions, "resp": ReSPOptions, "atrag": ATRAGOptions,
+          "mspr": MSPROptions}
 
 
 def control(**limits: Any) -> RunControl:

@@ -1,0 +1,448 @@
+"""MSPR with a scripted LLM over a real embedded store (hash embeddings) and a real SearXNG-shaped HTTP server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from haystack import Document, Pipeline
+from haystack.document_stores.types import DuplicatePolicy
+
+from docqa.access import AccessScope
+from docqa.components.mspr_controller import (
+    STOP_ANSWERED,
+    STOP_ANSWERED_AFTER_REVIEW,
+    STOP_MALFORMED_ACTION,
+    STOP_MAX_STEPS,
+    STOP_REVIEW_PASSED,
+)
+from docqa.components.searxng_web_search import SearxngWebSearch
+from docqa.errors import ConfigurationError, InvalidOptionsError
+from docqa.pipelines.mspr import MSPRPipeline
+from docqa.pipelines.registry import build_pipeline
+from docqa.pipelines.yaml_strategies import ALLOWED_MODULES, export_strategy, load_strategy
+from docqa.result import PipelineResult
+from docqa.runtime import Runtime
+from docqa.settings import Settings
+from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
+from tests.support.scripted_chat import ScriptedChatGenerator
+
+ALICE = AccessScope("acme", frozenset({"alice"}))
+BOARD = AccessScope("acme", frozenset({"board"}))
+MAIN, ARCHIVE, WEB = "collection:main", "collection:archive", "web"
+AGENT = r"Reply with JSON"
+PREFER = r"Do the new passages add information"
+REVIEW = r"Is the proposed answer"
+REFINE = r"Write in one or two sentences"
+
+
+def step(action: str, action_input: str, thought: str = "thinking") -> str:
+    return json.dumps({"thought": thought, "action": action, "action_input": action_input})
+
+
+def _doc(doc_id: str, text: str, collection: str | None = None, access: tuple[str, ...] = ("everyone",),
+         tenant: str = "acme") -> Document:
+    meta: dict[str, Any] = {"tenant": tenant, "access": list(access), "source": f"{doc_id}.md"}
+    if collection is not None:
+        meta["collection"] = collection
+    return Document(id=doc_id, content=text, meta=meta)
+
+
+DOCUMENTS = [
+    # No `collection` meta: ingested before collections existed, so part of `main`.
+    _doc("hotel", "Hotel costs are reimbursed up to 180 euros per night in major cities."),
+    _doc("mileage", "Mileage is reimbursed at 0.30 euros per kilometre driven.", collection="main"),
+    _doc("meals", "Meals abroad are reimbursed with a daily allowance of 45 euros.", collection="main"),
+    _doc("old_hotel", "Archived policy from 2019: hotel costs were reimbursed up to 150 euros.", collection="archive"),
+    _doc("retreat", "Archived board retreat budget: hotel 900 euros per night, secret.", collection="archive",
+         access=("board",)),
+    _doc("globex", "Globex archive: hotel costs up to 400 euros.", collection="archive", tenant="globex"),
+]
+
+
+class HashRuntime(Runtime):
+    """A runtime whose retrievers embed queries with the hash embedder (no model load)."""
+
+    def text_embedder(self) -> Any:
+        return HashTextEmbedder()
+
+
+@pytest.fixture
+def settings(tmp_path) -> Settings:
+    return Settings(data_dir=tmp_path, top_k=1, retrieval_candidates=5)
+
+
+def _runtime(settings: Settings, llm: ScriptedChatGenerator) -> HashRuntime:
+    runtime = HashRuntime(settings, chat_generator_factory=lambda role: llm)
+    runtime.document_store.write_documents(HashDocumentEmbedder().run(documents=DOCUMENTS)["documents"],
+                                           policy=DuplicatePolicy.OVERWRITE)
+    return runtime
+
+
+def _run(settings: Settings, llm: ScriptedChatGenerator, question: str = "What is the hotel limit?",
+         scope: AccessScope = ALICE, **options: Any) -> PipelineResult:
+    pipeline = build_pipeline("mspr", _runtime(settings, llm), **options)
+    assert isinstance(pipeline, MSPRPipeline)
+    return pipeline.run(question, scope)
+
+
+def _steps(result: PipelineResult, name: str) -> list[Any]:
+    return [s for s in result.steps if s.name == name]
+
+
+def _retrievals(result: PipelineResult) -> list[tuple[str, str]]:
+    return [(s.outputs["source"], s.inputs["query"]) for s in _steps(result, "retriever")]
+
+
+def _calls(llm: ScriptedChatGenerator, pattern: str) -> list[dict[str, Any]]:
+    return [c for c in llm.calls if pattern.split()[0] in c["prompt"] and pattern in c["prompt"]]
+
+
+class TestPreferenceDrivenSourceSelection:
+    def test_stays_on_the_primary_while_it_adds_information(self, settings):
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "mileage kilometre"),
+                     step("search_primary", "meals daily allowance"), step("answer", "180 euros")]),
+            (PREFER, "Yes"), (REVIEW, "Yes"),
+        ], default="Short summary.")
+        result = _run(settings, llm)
+
+        assert _retrievals(result) == [(MAIN, "hotel costs"), (MAIN, "mileage kilometre"),
+                                       (MAIN, "meals daily allowance")]
+        assert len(_calls(llm, PREFER)) == 3
+        assert result.stop_reason == STOP_REVIEW_PASSED and result.answer == "180 euros"
+        final = _steps(result, "controller")[-1].outputs["route"]
+        assert final["switches"] == [] and final["retrievals_by_source"] == {MAIN: 3}
+        assert {c.document_id for c in result.citations} == {"hotel", "mileage", "meals"}
+
+    def test_switches_exactly_when_the_judge_says_nothing_new(self, settings):
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "mileage kilometre"),
+                     step("search_primary", "hotel costs policy"), step("answer", "150 euros")]),
+            (PREFER, ["Yes", "No"]), (REVIEW, "Yes"),
+        ], default="Short summary.")
+        result = _run(settings, llm)
+
+        # The second primary retrieval was judged to add nothing: the third `search_primary` goes to the archive.
+        assert [source for source, _ in _retrievals(result)] == [MAIN, MAIN, ARCHIVE]
+        verdicts = [s.outputs["verdict"] for s in _steps(result, "judge")]
+        assert [v["adds_information"] for v in verdicts] == [True, False]  # no judge once on the last source
+        switches = _steps(result, "controller")[-1].outputs["route"]["switches"]
+        assert switches == [{"step": 2, "from": MAIN, "to": ARCHIVE, "reason": "judged to add nothing that helps"}]
+        assert "old_hotel" in {c.document_id for c in result.citations}
+
+    def test_a_retrieval_with_nothing_unseen_switches_without_asking_the_model(self, settings):
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "hotel costs"),
+                     step("answer", "180 euros")]),
+            (PREFER, "Yes"), (REVIEW, "Yes"),
+        ], default="Short summary.")
+        result = _run(settings, llm)
+        assert len(_calls(llm, PREFER)) == 1
+        assert _steps(result, "judge")[1].outputs["verdict"]["reason"] == "no passage that was not already seen"
+        assert _steps(result, "controller")[-1].outputs["route"]["switches"][0]["to"] == ARCHIVE
+
+    def test_search_secondary_goes_to_the_next_source_without_a_judgement(self, settings):
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_secondary", "hotel archived policy"), step("answer", "150 euros")]),
+            (REVIEW, "Yes"),
+        ], default="Short summary.")
+        result = _run(settings, llm)
+        assert _retrievals(result) == [(ARCHIVE, "hotel archived policy")]
+        assert _calls(llm, PREFER) == []
+
+
+class TestCorrectiveAnswerReview:
+    def test_a_failed_review_retrieves_from_the_secondary_with_the_original_question(self, settings):
+        question = "What was the hotel limit in 2019?"
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("answer", "180 euros"), step("answer", "150 euros")]),
+            (REVIEW, "No"),
+        ], default="Short summary.")
+        result = _run(settings, llm, question=question)
+
+        assert _retrievals(result) == [(ARCHIVE, question)]
+        assert len(_calls(llm, REVIEW)) == 1  # SRT = 1: the second answer cannot buy another retrieval
+        assert result.answer == "150 euros" and result.stop_reason == STOP_ANSWERED_AFTER_REVIEW
+        assert _steps(result, "reviewer")[0].outputs["review"]["passed"] is False
+        # The agent continues with the supplementary passages and the review's feedback in its prompt.
+        assert "150 euros" in _calls(llm, AGENT)[1]["prompt"] and "review" in _calls(llm, AGENT)[1]["prompt"]
+
+    def test_srt_bounds_the_supplementary_retrievals(self, settings):
+        llm = ScriptedChatGenerator(rules=[(AGENT, step("answer", "no idea")), (REVIEW, "No")],
+                                    default="Short summary.")
+        result = _run(settings, llm, max_reviews=2)
+        assert len(_calls(llm, REVIEW)) == 2
+        assert len(_retrievals(result)) == 2
+        assert all(query == "What is the hotel limit?" for _, query in _retrievals(result))
+        assert len(_calls(llm, AGENT)) == 3
+        assert result.stop_reason == STOP_ANSWERED_AFTER_REVIEW
+
+    def test_without_reviews_the_first_answer_is_final(self, settings):
+        llm = ScriptedChatGenerator(rules=[(AGENT, step("answer", "180 euros"))])
+        result = _run(settings, llm, max_reviews=0)
+        assert result.stop_reason == STOP_ANSWERED and len(llm.calls) == 1
+        assert result.citations == []  # nothing was retrieved
+
+
+class TestBounds:
+    def test_awi_bounds_the_agent_steps_and_the_last_one_must_answer(self, settings):
+        def agent(prompt: str) -> str:
+            # Searches whenever it is allowed to.
+            return step("search_primary", "hotel") if "- search_primary" in prompt else step("answer", "180")
+
+        llm = ScriptedChatGenerator(rules=[(AGENT, agent), (PREFER, "Yes")], default="Short summary.")
+        result = _run(settings, llm, max_steps=3, max_reviews=0)
+
+        assert len(_calls(llm, AGENT)) == 3 and len(_retrievals(result)) == 2
+        last = _steps(result, "agent")[-1].outputs["decision"]
+        assert last["offered_actions"] == ["answer"] and last["forced_answer"] is True
+        assert result.stop_reason == STOP_MAX_STEPS and result.answer == "180"
+
+    def test_malformed_steps_are_retried_then_the_run_stops(self, settings):
+        llm = ScriptedChatGenerator(rules=[(AGENT, ["not json", json.dumps({"action": "fly", "action_input": "x",
+                                                                            "thought": ""})])])
+        result = _run(settings, llm)
+        assert len(llm.calls) == 2
+        assert result.stop_reason == STOP_MALFORMED_ACTION and result.answer == "" and result.citations == []
+        assert [s.outputs["decision"]["malformed"] for s in _steps(result, "agent")] == [True, True]
+
+    def test_one_malformed_step_is_recovered_by_the_retry(self, settings):
+        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", ""), step("answer", "180 euros")])])
+        result = _run(settings, llm, max_reviews=0)
+        assert result.answer == "180 euros" and result.stop_reason == STOP_ANSWERED
+
+    def test_options_are_bounded_by_the_server_ceilings(self, settings):
+        runtime = _runtime(settings, ScriptedChatGenerator())
+        with pytest.raises(InvalidOptionsError, match="max_steps"):
+            build_pipeline("mspr", runtime, max_steps=10_000)
+        with pytest.raises(InvalidOptionsError, match="max_reviews"):
+            build_pipeline("mspr", runtime, max_reviews=-1)
+        with pytest.raises(InvalidOptionsError, match="not configured"):
+            build_pipeline("mspr", runtime, sources=["collection:secret"])
+
+
+class TestObservationRefinement:
+    def test_older_observations_are_summarised_and_the_newest_stays_whole(self, settings):
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "mileage kilometre"),
+                     step("answer", "180 euros")]),
+            (PREFER, "Yes"), (REFINE, "Hotel up to 180."), (REVIEW, "Yes"),
+        ])
+        result = _run(settings, llm)
+
+        last_prompt = _calls(llm, AGENT)[-1]["prompt"]
+        assert "summary: Hotel up to 180." in last_prompt
+        assert "Hotel costs are reimbursed up to 180 euros" not in last_prompt  # the old passage, refined away
+        assert "Mileage is reimbursed at 0.30 euros per kilometre driven." in last_prompt  # the newest, whole
+        refinement = _steps(result, "refiner")[1].outputs["refinement"]
+        assert refinement["summarised_step"] == 1 and refinement["words_after"] < refinement["words_before"]
+        assert len(_calls(llm, REFINE)) == 1
+
+    def test_a_summary_longer_than_the_observation_falls_back_to_its_start(self, settings):
+        verbose = " ".join(["word"] * 200)
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "mileage kilometre"),
+                     step("answer", "180 euros")]),
+            (PREFER, "Yes"), (REFINE, verbose), (REVIEW, "Yes"),
+        ])
+        result = _run(settings, llm)
+        refinement = _steps(result, "refiner")[1].outputs["refinement"]
+        assert refinement["words_after"] <= refinement["words_before"] and "word word" not in refinement["summary"]
+
+    def test_refine_off_keeps_every_observation_whole(self, settings):
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "mileage kilometre"),
+                     step("answer", "180 euros")]),
+            (PREFER, "Yes"), (REVIEW, "Yes"),
+        ])
+        _run(settings, llm, refine=False)
+        assert _calls(llm, REFINE) == []
+        assert "Hotel costs are reimbursed up to 180 euros" in _calls(llm, AGENT)[-1]["prompt"]
+
+
+class TestAccessControl:
+    @pytest.mark.parametrize("action", ["search_primary", "search_secondary"])
+    def test_a_caller_never_gets_passages_of_documents_they_may_not_read(self, settings, action):
+        secret_query = "Archived board retreat budget hotel 900 euros per night secret"
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step(action, secret_query), step("search_secondary", secret_query),
+                     step("search_primary", secret_query), step("answer", "?")]),
+            (PREFER, "No"), (REVIEW, "No"),
+        ], default="Short summary.")
+        result = _run(settings, llm, top_k=5)
+
+        seen = {d["id"] for s in _steps(result, "retriever") for d in s.outputs["documents"]}
+        assert seen and not seen & {"retreat", "globex"}
+        # The passages never reach a prompt (the agent's own query, which names them, does).
+        assert not any("budget: hotel 900" in c["prompt"] or "Globex" in c["prompt"] for c in llm.calls)
+        assert all(s.inputs["filters"] == ALICE.to_filters() for s in _steps(result, "retriever"))
+
+    def test_the_board_reads_the_archive_and_collections_stay_apart(self, settings):
+        query = "Archived board retreat budget hotel 900 euros per night secret"
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_primary", query), step("search_secondary", query), step("answer", "900")]),
+            (PREFER, "Yes"), (REVIEW, "Yes"),
+        ], default="Short summary.")
+        result = _run(settings, llm, scope=BOARD, top_k=10)
+        main_ids, archive_ids = ({d["id"] for d in s.outputs["documents"]} for s in _steps(result, "retriever"))
+        assert main_ids == {"hotel", "mileage", "meals"}
+        assert archive_ids == {"old_hotel", "retreat"}
+
+
+class _SearchHandler(BaseHTTPRequestHandler):
+    behaviour: Callable[[BaseHTTPRequestHandler], None]
+
+    def do_GET(self) -> None:
+        type(self).behaviour(self)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # the timeout tests hang up on the slow handler on purpose
+
+
+def _reply(body: bytes, content_type: str = "application/json") -> Callable[[BaseHTTPRequestHandler], None]:
+    def behaviour(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    return behaviour
+
+
+def _searx(handler: BaseHTTPRequestHandler) -> None:
+    from urllib.parse import parse_qs, urlparse
+
+    params = parse_qs(urlparse(handler.path).query)
+    assert params["format"] == ["json"]
+    body = json.dumps({"results": [
+        {"url": "https://example.org/a", "title": "Acme history",
+         "content": f"Acme was founded in 1962 ({params['q'][0]})."},
+        {"url": "https://example.org/b", "title": "", "content": ""},
+        "not a result",
+        {"url": "https://example.org/c", "title": "Acme today", "content": "Acme employs 300 people."},
+    ]}).encode()
+    _reply(body)(handler)
+
+
+def _slow(handler: BaseHTTPRequestHandler) -> None:
+    time.sleep(2.0)
+    _reply(b'{"results": []}')(handler)
+
+
+@pytest.fixture
+def search_server() -> Iterator[Callable[[Callable[[BaseHTTPRequestHandler], None]], str]]:
+    servers: list[_QuietServer] = []
+
+    def serve(behaviour: Callable[[BaseHTTPRequestHandler], None]) -> str:
+        handler = type("Handler", (_SearchHandler,), {"behaviour": staticmethod(behaviour)})
+        server = _QuietServer(("127.0.0.1", 0), handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/search"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+class TestWebSource:
+    def test_searxng_results_become_public_documents(self, search_server):
+        out = SearxngWebSearch(url=search_server(_searx), timeout_s=2).run(query="acme founded", top_k=5)
+        assert out["error"] is None
+        assert [d.content for d in out["documents"]] == ["Acme history. Acme was founded in 1962 (acme founded).",
+                                                         "Acme today. Acme employs 300 people."]
+        assert all(d.meta["source"] == "web" and d.meta["public"] is True for d in out["documents"])
+
+    def test_a_search_that_times_out_gives_no_documents_and_an_error(self, search_server):
+        started = time.monotonic()
+        out = SearxngWebSearch(url=search_server(_slow), timeout_s=0.3).run(query="acme")
+        assert out["documents"] == [] and "timed out" in out["error"]
+        assert time.monotonic() - started < 1.5
+
+    @pytest.mark.parametrize("body", [b"<html>not json</html>", b'{"results": 5}', b"[1, 2]", b"\xff\xfe\x00"])
+    def test_garbage_gives_no_documents_and_an_error(self, search_server, body):
+        out = SearxngWebSearch(url=search_server(_reply(body)), timeout_s=2).run(query="acme")
+        assert out["documents"] == [] and out["error"]
+
+    def test_an_oversized_response_is_refused(self, search_server):
+        out = SearxngWebSearch(url=search_server(_reply(b" " * 5000)), timeout_s=2, max_bytes=1000).run(query="a")
+        assert out["documents"] == [] and "larger than" in out["error"]
+
+    def test_mspr_switches_to_the_web_and_cites_it_as_public(self, settings, search_server):
+        settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}",
+                                               "web_search_url": search_server(_searx)})
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_primary", "acme founded"), step("search_primary", "acme founding year"),
+                     step("answer", "1962")]),
+            (PREFER, "No"), (REVIEW, "Yes"),
+        ], default="Short summary.")
+        result = _run(settings, llm, question="When was Acme founded?", top_k=2)
+
+        assert [source for source, _ in _retrievals(result)] == [MAIN, WEB]
+        web_citations = [c for c in result.citations if c.source == "web"]
+        assert web_citations and "1962" in web_citations[0].snippet
+        assert result.answer == "1962" and result.stop_reason == STOP_REVIEW_PASSED
+
+    @pytest.mark.parametrize("behaviour", [_slow, _reply(b"garbage")])
+    def test_a_failing_web_source_is_an_empty_observation_with_its_error(self, settings, search_server, behaviour):
+        settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}", "web_search_timeout_s": 0.3,
+                                               "web_search_url": search_server(behaviour)})
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_secondary", "acme founded"), step("answer", "unknown")]), (REVIEW, "Yes"),
+        ], default="Short summary.")
+        result = _run(settings, llm, question="When was Acme founded?")
+        retrieval = _steps(result, "retriever")[0]
+        assert retrieval.outputs["source"] == WEB and retrieval.outputs["documents"] == []
+        assert retrieval.outputs["error"]
+        assert "(no passages: web search" in _calls(llm, AGENT)[1]["prompt"]
+        assert result.answer == "unknown"
+
+    def test_web_without_an_endpoint_is_a_configuration_error(self, settings):
+        settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}"})
+        with pytest.raises(ConfigurationError, match="DOCQA_WEB_SEARCH_URL"):
+            build_pipeline("mspr", _runtime(settings, ScriptedChatGenerator()))
+
+
+class TestYaml:
+    def test_the_export_loads_with_the_file_allow_list(self, settings):
+        runtime = Runtime(settings, chat_generator_factory=lambda role: ScriptedChatGenerator())
+        text = export_strategy("mspr", runtime, max_steps=4)
+        assert "docqa.components.mspr_controller.MSPRController" in text and "api_key" not in text
+        Pipeline.loads(text, allowed_modules=["docqa.*"])
+        loaded = load_strategy(text, name="mspr_copy", source="mspr_copy.yaml", runtime=runtime)
+        assert loaded.pipeline.get_component("controller").max_steps == 4
+        retriever = loaded.pipeline.get_component("retriever").retriever
+        assert retriever.bm25_retriever.document_store is runtime.document_store
+
+    def test_mspr_round_trips_through_yaml_and_runs_the_same(self, settings, monkeypatch):
+        from docqa.pipelines import yaml_strategies
+
+        # The hash embedder lives in tests/: allow it for this round trip only.
+        monkeypatch.setattr(yaml_strategies, "_ALLOWED_PREFIXES", (*yaml_strategies._ALLOWED_PREFIXES, "tests."))
+        monkeypatch.setattr(yaml_strategies, "ALLOWED_MODULES", [*ALLOWED_MODULES, "tests.*"])
+        rules = [(AGENT, [step("search_primary", "hotel costs"), step("answer", "180 euros")]),
+                 (PREFER, "Yes"), (REVIEW, "Yes")]
+        runtime = _runtime(settings, ScriptedChatGenerator(rules=rules, default="Short summary."))
+        text = export_strategy("mspr", runtime, max_steps=4)
+
+        original = build_pipeline("mspr", runtime, max_steps=4).run("What is the hotel limit?", ALICE)
+        runtime = _runtime(settings, ScriptedChatGenerator(rules=rules, default="Short summary."))
+        loaded = load_strategy(text, name="mspr_copy", source="mspr_copy.yaml", runtime=runtime)
+        copy = loaded.run("What is the hotel limit?", ALICE)
+        assert copy.answer == original.answer == "180 euros"
+        assert copy.stop_reason == original.stop_reason
+        assert [s.name for s in copy.steps] == [s.name for s in original.steps]
