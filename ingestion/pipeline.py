@@ -18,6 +18,7 @@ Usage:
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,6 +30,7 @@ from typing import Any, Literal
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
+from docqa.access import COLLECTION_FIELD, DEFAULT_COLLECTION
 from docqa.errors import DocqaError, UnreadableFileError
 from docqa.ingestion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.converters import convert_bytes, convert_path, is_supported
@@ -192,13 +194,17 @@ def ingest_paths(
     *,
     progress: Progress | bool = False,
     embedder: Any | None = None,
+    collection: str = DEFAULT_COLLECTION,
 ) -> IngestReport:
     """Ingest files and directories (recursively, supported types only); the source id is the absolute path.
 
     A file named explicitly is always attempted, so an unsupported or missing one fails with its reason.
+    Every chunk is tagged with `collection` (`meta.collection`), which MSPR can search as a source of its own.
     """
+    collection = check_collection_name(collection)
     files = list(expand_paths(paths))
-    sources = (Source(source_id=str(path), name=path.name, path=path) for path in files)
+    sources = (Source(source_id=str(path), name=path.name, path=path, meta={COLLECTION_FIELD: collection})
+               for path in files)
     report = ingest_documents(
         runtime, sources, tenant, access, progress=progress, embedder=embedder, total=len(files)
     )
@@ -345,14 +351,29 @@ def _stored_chunks(store: Any, tenant: str, source_ids: list[str]) -> dict[str, 
     return grouped
 
 
-_COMPARED_META = ("content_hash", "title", "access", "source")
+_COMPARED_META = ("content_hash", "title", "access", "source", COLLECTION_FIELD)
+_COLLECTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_collection_name(name: str) -> str:
+    """A collection name usable in `DOCQA_MSPR_SOURCES` (`collection:NAME`, comma-separated)."""
+    if not isinstance(name, str) or not _COLLECTION_NAME.fullmatch(name):
+        raise DocqaError(f"invalid collection name {name!r}: use 1-64 letters, digits, '_', '.' or '-'")
+    return name
+
+
+def _compared(meta: dict[str, Any], key: str) -> Any:
+    # Chunks stored before collections existed have none: they are the default collection, not a change.
+    if key == COLLECTION_FIELD:
+        return meta.get(key) or DEFAULT_COLLECTION
+    return meta.get(key)
 
 
 def _unchanged(existing: list[Document], chunks: list[Document]) -> bool:
     if not existing or {doc.id for doc in existing} != {chunk.id for chunk in chunks}:
         return False
-    wanted = {key: chunks[0].meta.get(key) for key in _COMPARED_META}
-    return all(doc.meta.get(key) == value for doc in existing for key, value in wanted.items())
+    wanted = {key: _compared(chunks[0].meta, key) for key in _COMPARED_META}
+    return all(_compared(doc.meta, key) == value for doc in existing for key, value in wanted.items())
 
 
 def _write(store: Any, source: Source, chunks: list[Document], stale: list[str]) -> ItemResult:
@@ -380,7 +401,7 @@ def _failure(source: Source, exc: Exception, code: str = "invalid_document", pre
 def topic_assigner_for(runtime: Any, tenant: str) -> Any:
     """The tenant's topic tagger; it passes documents through untagged until a topic model is fitted."""
     from docqa.components.topic_assigner import TopicAssigner
-    from docqa.pipelines.atrag import topic_model_dir
+    from docqa.topics import topic_model_dir
 
     return TopicAssigner(topic_model_dir(runtime.settings.data_dir, tenant))
 
