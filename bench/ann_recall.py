@@ -20,10 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from docqa.datasets import MULTIHOP_DATASETS, load_corpus, load_questions, shared_data_dir
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
+
 from docqa.embedding import build_document_embedder, build_text_embedder
 from docqa.settings import Settings
 from docqa.stores.embedded import EmbeddedDocumentStore
+from docqa_eval.datasets import MULTIHOP_DATASETS, load_corpus, load_questions, shared_data_dir
 
 TOP_K = 10
 FILTERS = {

@@ -172,11 +172,11 @@ def overhead_figures(args: argparse.Namespace, workdir: Path) -> None:
 
     from docqa.access import AccessScope
     from docqa.audit.recorder import models_from_settings, record_answer
-    from docqa.datasets import load_corpus, load_questions
     from docqa.pipelines.registry import build_pipeline
     from docqa.runtime import Runtime
     from docqa.schema import upgrade_database
     from docqa.settings import Settings
+    from docqa_eval.datasets import load_corpus, load_questions
 
     shared = ROOT.parent / "shared" / "data"
     if not (shared / "multihop").is_dir():

@@ -17,10 +17,13 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-from docqa.datasets import load_corpus, shared_data_dir
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
+
 from docqa.embedding import OnnxEncoder, embedding_model_path, ensure_onnx_export
 from docqa.settings import Settings
+from docqa_eval.datasets import load_corpus, shared_data_dir
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ every retrieval of a question, wall time per question, EM/F1 (HotpotQA/SQuAD nor
 reasons. Every pipeline gets the same retrieval settings (top-k, candidates, RRF k, embedder, store).
 
 The corpus passages are written once, unchunked and embedded, into the store under `--data-dir` (ids from
-`docqa.datasets`, so recall is checked against the gold passage ids); later runs reuse them. Each question is
+`docqa_eval.datasets`, so recall is checked against the gold passage ids); later runs reuse them. Each question is
 restricted to its own dataset's passages by a metadata filter passed through the pipeline's `filters`.
 
 The LLM is whatever `DOCQA_LLM_*` names (any OpenAI-compatible endpoint, per-role overrides included); with no
@@ -30,6 +30,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
 
 TENANT = "eval"
 PRINCIPAL = "bench"
@@ -81,7 +83,7 @@ def ensure_corpus(runtime: Any, dataset: str, shared_data: Path) -> int:
     """Write the dataset's passages (embedded) into the store unless already there; returns the count written."""
     from haystack.document_stores.types import DuplicatePolicy
 
-    from docqa.datasets import load_corpus
+    from docqa_eval.datasets import load_corpus
 
     corpus = load_corpus(dataset, tenant=TENANT, access=["everyone"], data_dir=shared_data)
     store = runtime.document_store
@@ -219,12 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
 
     from docqa.access import AccessScope
-    from docqa.datasets import load_questions
     from docqa.errors import DocqaError, LLMUnavailableError
     from docqa.pipelines.registry import build_pipeline
-    from docqa.qa_metrics import best_scores
     from docqa.runtime import Runtime
     from docqa.settings import Settings
+    from docqa_eval.datasets import load_questions
+    from docqa_eval.qa_metrics import best_scores
 
     settings = Settings(data_dir=args.data_dir) if args.data_dir is not None else Settings()
     runtime = Runtime(settings)

@@ -23,10 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from docqa.datasets import load_corpus, shared_data_dir
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
+
 from docqa.ingestion.pipeline import IngestReport, Source, ingest_documents, ingest_paths
 from docqa.runtime import Runtime
 from docqa.settings import Settings
+from docqa_eval.datasets import load_corpus, shared_data_dir
 
 
 def odsum_files(split: str, limit: int | None, folder: Path) -> list[Path]:

@@ -31,12 +31,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from docqa.datasets import load_corpus, shared_data_dir
 from docqa.ingestion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.jobs import Upload, job_status, submit_job
 from docqa.runtime import Runtime
 from docqa.schema import upgrade_database
 from docqa.settings import Settings
+from docqa_eval.datasets import load_corpus, shared_data_dir
 from tests.support.celery_workers import WorkerProcess, wait_until
 from tests.support.postgres import throwaway_database
 

@@ -41,15 +41,17 @@ from typing import Any
 from dateutil.relativedelta import relativedelta
 from haystack.dataclasses import ChatMessage
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
+
 from docqa.access import AccessScope, restrict
 from docqa.components.clinical_terms import observation_terms
 from docqa.components.time_scope_resolver import scope_filters
-from docqa.datasets import shared_data_dir
 from docqa.ingestion.records import parse_fhir_bundle, parse_synthea_csv_dir
 from docqa.pipelines.registry import build_pipeline
 from docqa.pipelines.topic_admin import refit_topic_model
 from docqa.runtime import Runtime
 from docqa.settings import Settings
+from docqa_eval.datasets import shared_data_dir
 
 TENANT = "record-sets"
 Key = tuple[str, str, str, str, str]

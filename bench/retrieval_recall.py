@@ -19,11 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
+
 from docqa.components.hybrid_retriever import HybridRetriever
-from docqa.datasets import MULTIHOP_DATASETS, load_corpus, load_questions, shared_data_dir
 from docqa.embedding import build_document_embedder, build_text_embedder
 from docqa.settings import Settings
 from docqa.stores.factory import build_document_store, build_retrievers
+from docqa_eval.datasets import MULTIHOP_DATASETS, load_corpus, load_questions, shared_data_dir
 
 DEPTH = 10
 

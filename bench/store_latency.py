@@ -36,12 +36,14 @@ from pathlib import Path
 import numpy as np
 from haystack import Document
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
+
 from docqa.access import AccessScope
 from docqa.components.hybrid_retriever import reciprocal_rank_fusion
-from docqa.datasets import MULTIHOP_DATASETS, load_corpus, load_questions, shared_data_dir
 from docqa.settings import Settings
 from docqa.stores.embedded import EmbeddedDocumentStore
 from docqa.stores.tokenizer import STOP_WORDS
+from docqa_eval.datasets import MULTIHOP_DATASETS, load_corpus, load_questions, shared_data_dir
 
 TOP_K = 10
 CANDIDATES = 20

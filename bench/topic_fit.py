@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
+
 
 def _memory_mb(field: str) -> float:
     # /proc rather than getrusage: ru_maxrss survives exec, so a child would report its parent's peak.
@@ -54,8 +56,8 @@ def fit_only(payload: Path) -> None:
 
 
 def _corpora() -> dict[str, tuple[list[str], list[str | None] | None]]:
-    from docqa.datasets import load_corpus, shared_data_dir
     from docqa.ingestion.records import parse_fhir_bundle, parse_synthea_csv_dir
+    from docqa_eval.datasets import load_corpus, shared_data_dir
 
     data = shared_data_dir()
     records = parse_synthea_csv_dir(data / "records" / "synthea_csv")
@@ -72,7 +74,7 @@ def _corpora() -> dict[str, tuple[list[str], list[str | None] | None]]:
 
 
 def main() -> None:
-    from docqa.datasets import shared_data_dir
+    from docqa_eval.datasets import shared_data_dir
 
     if not shared_data_dir().is_dir():
         sys.exit(f"shared data not found at {shared_data_dir()}; nothing to measure")

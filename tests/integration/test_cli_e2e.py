@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from docqa.datasets import load_corpus, load_questions
+from docqa_eval.datasets import load_corpus, load_questions
 
 pytestmark = pytest.mark.integration
 

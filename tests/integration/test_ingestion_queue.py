@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from docqa.datasets import load_corpus
 from docqa.ingestion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.jobs import Upload, delete_document, job_status, submit_job
 from docqa.runtime import Runtime
 from docqa.schema import upgrade_database
 from docqa.settings import Settings
+from docqa_eval.datasets import load_corpus
 from tests.support.celery_workers import WorkerProcess, redis_broker_url, wait_until
 from tests.support.postgres import throwaway_database
 from tests.support.sample_files import pdf_bytes

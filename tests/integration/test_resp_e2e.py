@@ -30,7 +30,7 @@ STOP_REASONS = {resp.STOP_JUDGED_SUFFICIENT, resp.STOP_MAX_ITERATIONS, resp.STOP
 def sample() -> tuple[list, list]:
     if not (SHARED_DATA / "multihop" / "musique_train.json").is_file():
         pytest.skip(f"shared multi-hop data not found under {SHARED_DATA}")
-    from docqa.datasets import load_corpus, load_questions
+    from docqa_eval.datasets import load_corpus, load_questions
 
     questions = load_questions("musique", SHARED_DATA)[:1]
     corpus = load_corpus("musique", tenant=TENANT, access=["everyone"], data_dir=SHARED_DATA)

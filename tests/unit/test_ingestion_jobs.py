@@ -6,7 +6,6 @@ import pytest
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from sqlalchemy import select
 
-from docqa.datasets import shared_data_dir
 from docqa.errors import DocqaError
 from docqa.ingestion import jobs as jobs_module
 from docqa.ingestion import processing
@@ -21,6 +20,7 @@ from docqa.ingestion.models import (
 from docqa.ingestion.processing import process_items
 from docqa.runtime import Runtime
 from docqa.settings import Settings
+from docqa_eval.datasets import shared_data_dir
 from tests.support.ingestion_fakes import CountingEmbedder
 from tests.support.sample_files import pdf_bytes
 

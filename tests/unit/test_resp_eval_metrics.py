@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from docqa.qa_metrics import best_scores, exact_match, normalize_answer, token_f1
+from docqa_eval.qa_metrics import best_scores, exact_match, normalize_answer, token_f1
 
 
 @pytest.mark.parametrize(("text", "normalized"), [
