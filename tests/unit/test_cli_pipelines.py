@@ -19,6 +19,15 @@ def test_export_prints_yaml_that_haystack_loads_back(tmp_path):
     assert "api_key" not in proc.stdout and "127.0.0.1:9" not in proc.stdout
 
 
+def test_resp_exports_as_yaml_that_haystack_loads_back(tmp_path):
+    proc = run_cli(tmp_path, "pipelines", "export", "resp", env=NO_LOCAL_LLM)
+    assert proc.returncode == 0, proc.stderr
+    pipeline = Pipeline.loads(proc.stdout, allowed_modules=["docqa.*"])
+    assert set(dict(pipeline.walk())) == {"resp_controller", "loop_state", "hybrid_retriever",
+                                          "dual_function_summarizer", "resp_judge", "resp_planner",
+                                          "memory_answer_generator"}
+    assert "api_key" not in proc.stdout and "127.0.0.1:9" not in proc.stdout
+
 def test_export_of_an_unknown_pipeline_is_one_error_line(tmp_path):
     proc = run_cli(tmp_path, "pipelines", "export", "nonsense", env=NO_LOCAL_LLM)
     assert proc.returncode == 2 and proc.stderr.startswith("error: unknown pipeline 'nonsense'")

@@ -15,6 +15,8 @@ from docqa.components.embedded_bm25_retriever import EmbeddedBM25Retriever
 from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.components.prompt_templates import load_prompt
 from docqa.errors import ConfigurationError, InvalidOptionsError, LLMUnavailableError
+from docqa.llm.role_generator import RoleChatGenerator
+from docqa.pipelines import resp
 from docqa.pipelines.baselines import NoRetrievalPipeline, StandardRAGPipeline
 from docqa.pipelines.haystack_strategy import HaystackStrategy
 from docqa.pipelines.registry import available_pipelines, build_pipeline, set_file_strategies
@@ -155,6 +157,71 @@ class TestRoundTrip:
         retriever = strategy.pipeline.get_component("hybrid_retriever")
         assert retriever.bm25_retriever.document_store is runtime.document_store
         assert retriever.top_k == 2
+
+
+class _HashRuntime(Runtime):
+    """A runtime whose retrievers embed queries with the hash embedder (no model to load)."""
+
+    def text_embedder(self):
+        return HashTextEmbedder()
+
+    def retriever(self, top_k=None):
+        bm25, dense = build_retrievers(self.document_store, self.settings)
+        return HybridRetriever(bm25, dense, HashTextEmbedder(), top_k=top_k or 5, candidates=10)
+
+
+RESP_SCRIPT = [
+    (r"completely and accurately respond to the question", "No"),
+    (r"\[Your thought\]", "What is the hotel bonus pool for finance?"),
+    (r"professional writer", "Hotel costs are reimbursed up to 180 euros. [DONE]"),
+    (r"respond completely and accurately to the question", "No"),
+]
+
+
+class TestReSPRoundTrip:
+    def test_the_resp_export_loads_back_and_runs_like_the_built_in(self, store, tmp_path):
+        def runtime() -> Runtime:
+            llm = ScriptedChatGenerator(rules=RESP_SCRIPT, default="Up to 180 euros")
+            return _HashRuntime(Settings(data_dir=tmp_path), document_store=store,
+                                chat_generator_factory=lambda role: llm)
+
+        built = build_pipeline("resp", runtime(), top_k=1, max_iterations=3)
+        loaded = Pipeline.loads(export_strategy("resp", runtime(), top_k=1, max_iterations=3),
+                                allowed_modules=TEST_MODULES)
+        restored, original = loaded.to_dict(), built.pipeline.to_dict()
+        assert restored["components"] == original["components"]
+        # A cycle's edges come back in another order: compare them as a set.
+        assert {tuple(c.values()) for c in restored["connections"]} == {
+            tuple(c.values()) for c in original["connections"]}
+        assert restored["max_runs_per_component"] == original["max_runs_per_component"] == 1 + 3 * 5
+        llm = ScriptedChatGenerator(rules=RESP_SCRIPT, default="Up to 180 euros")
+        for _, instance in loaded.walk():
+            if isinstance(getattr(instance, "chat_generator", None), RoleChatGenerator):
+                instance.chat_generator.bind(llm)
+        again = HaystackStrategy("resp", loaded, max_question_chars=500, kinds=resp.KINDS)
+
+        first, second = built.run("hotel limit per night?", ALICE), again.run("hotel limit per night?", ALICE)
+        # The plan asks about the finance bonus, which Alice may not read: the retrieval brings nothing new.
+        assert first.stop_reason == second.stop_reason == resp.STOP_NO_NEW_EVIDENCE
+        assert second.answer == first.answer == "Up to 180 euros"
+        assert [c.document_id for c in second.citations] == [c.document_id for c in first.citations] == ["hotel"]
+        assert _shape(second) == _shape(first)
+        retrievals = [s for s in second.steps if s.kind == "retrieval"]
+        assert [s.inputs["query"] for s in retrievals] == ["hotel limit per night?",
+                                                           "What is the hotel bonus pool for finance?"]
+        assert all(s.inputs["filters"] == ALICE.to_filters() for s in retrievals)
+        assert len(llm.calls) == 4  # summary, judgement, plan, answer
+
+    def test_the_resp_export_loads_with_the_file_allow_list(self, tmp_path):
+        runtime = Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: ScriptedChatGenerator())
+        text = export_strategy("resp", runtime, top_k=2, max_iterations=4)
+        assert "api_key" not in text
+        strategy = load_strategy(text, name="copy", source="copy.yaml", runtime=runtime)
+        assert set(strategy.models) == {"generator", "reasoner", "summarizer"}
+        assert strategy.pipeline.get_component("hybrid_retriever").top_k == 2
+        assert strategy.pipeline.get_component("resp_controller").max_iterations == 4
+        assert strategy.pipeline._max_runs_per_component == 1 + 4 * 5
+        assert set(strategy._outputs) == {"answer", "stop_reason", "cited_documents"}
 
 
 BM25_RAG = """\
