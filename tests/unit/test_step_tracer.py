@@ -7,6 +7,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 from haystack import Pipeline, component, tracing
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from docqa.access import AccessScope
@@ -76,11 +77,15 @@ class TestOpenTelemetry:
 
     def test_spans_reach_an_otlp_http_receiver_on_loopback(self, restore_tracer):
         received: list[str] = []
+        spans: list[tuple[str, dict[str, str]]] = []
 
         class Receiver(BaseHTTPRequestHandler):
             def do_POST(self):
-                self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["Content-Length"])))
                 received.append(self.path)
+                spans.extend((span.name, {a.key: a.value.string_value for a in span.attributes})
+                             for resource in request.resource_spans for scope in resource.scope_spans
+                             for span in scope.spans)
                 self.send_response(200)
                 self.end_headers()
 
@@ -97,6 +102,10 @@ class TestOpenTelemetry:
             _pipeline().run({"first": {"value": 1}})
             tracer.tracers[1].provider.force_flush()
             assert received and set(received) == {"/v1/traces"}
+            # The OTLP protobuf as exported: one span per component run, named after the component in the graph.
+            assert sorted(attrs["haystack.component.name"] for name, attrs in spans
+                          if name == "haystack.component.run") == ["first", "second"]
+            assert [name for name, _ in spans].count("haystack.pipeline.run") == 1
         finally:
             tracer.tracers[1].provider.shutdown()
             server.shutdown()
