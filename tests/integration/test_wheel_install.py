@@ -122,6 +122,10 @@ def test_docqa_resolves_to_the_wheel_not_the_checkout(installed_wheel: Installed
     assert shipped == sorted(p.name for p in (CHECKOUT / "migrations" / "versions").glob("*.py"))
     assert where["static"] == package / "server" / "static"
     assert (where["static"] / "index.html").is_file()
+    # The audit trail and accounts ship in the core; evaluation helpers (they read ../shared) stay in the checkout.
+    assert (package / "audit" / "recorder.py").is_file() and (package / "accounts" / "models.py").is_file()
+    assert not (installed_wheel.site_packages / "docqa_eval").exists()
+    assert not (package / "datasets.py").exists()
 
 
 def test_upgrade_ingest_and_ask_from_the_wheel(installed_wheel: InstalledWheel, tmp_path: Path):
