@@ -164,11 +164,29 @@ def record_llm_call(
     step.outputs.setdefault("llm_calls", []).append(to_jsonable(entry))
 
 
-def run_concurrently(*calls: Callable[[], T]) -> list[T]:
-    """Run callables in threads, each in a copy of the caller's context so step attribution still works."""
-    if len(calls) == 1:
-        return [calls[0]()]
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+@contextmanager
+def sub_step(
+    kind: str, name: str, inputs: dict[str, Any] | None = None, parent: int | None = None
+) -> Iterator[Step | None]:
+    """A step of the recorder current in this context (e.g. one node of a tree a component builds), with
+    `parent` (default: the enclosing step); yields None and records nothing outside a recorded run."""
+    recorder = _current_recorder.get()
+    if recorder is None:
+        yield None
+        return
+    with recorder.step(kind, name, inputs=inputs, parent=parent) as step:
+        yield step
+
+
+def run_concurrently(*calls: Callable[[], T], max_workers: int | None = None) -> list[T]:
+    """Run callables in threads, each in a copy of the caller's context so step attribution still works.
+
+    :param max_workers: at most this many at once (default: all of them); results keep the calls' order.
+    """
+    if len(calls) <= 1 or max_workers == 1:
+        return [call() for call in calls]
+    workers = len(calls) if max_workers is None else max(1, min(max_workers, len(calls)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(contextvars.copy_context().run, call) for call in calls]
         return [f.result() for f in futures]
 

@@ -88,6 +88,8 @@ class Settings(BaseSettings):
     max_completion_tokens: int = Field(default=2048, ge=1)
     max_prompt_chars: int = Field(default=120_000, ge=1000)
     max_llm_calls_per_question: int = Field(default=64, ge=1)
+    max_tree_depth: int = Field(default=3, ge=1, le=4)
+    max_tree_breadth: int = Field(default=8, ge=1, le=10)
     # Directory of prompt files that override the packaged templates of the same name.
     prompts_dir: Path | None = None
     # Directory of Haystack YAML strategies: each `NAME.yaml` is a strategy called NAME (docqa and Haystack
@@ -111,6 +113,12 @@ class Settings(BaseSettings):
     web_search_url: str | None = None
     web_search_timeout_s: float = Field(default=5.0, gt=0, le=60)
     web_search_max_bytes: int = Field(default=1_000_000, ge=1000)
+
+    # ConTReGen: tree depth and sub-questions per plan (the paper: 2 and 5), and branches expanded or summarised
+    # at once per question (each is one LLM request in flight: size it to what the endpoint serves in parallel).
+    contregen_max_depth: int = Field(default=2, ge=1, le=4)
+    contregen_max_breadth: int = Field(default=5, ge=1, le=10)
+    contregen_concurrency: int = Field(default=4, ge=1, le=32)
 
     # Services used by later layers; None means the embedded default.
     database_url: str | None = None

@@ -105,6 +105,33 @@ class MSPROptions(StrategyOptions):
     refine: bool | None = None
 
 
+class ConTReOptions(StrategyOptions):
+    """ConTRe, the retrieval half of ConTReGen: `max_llm_calls` is the question's call budget for the tree."""
+
+    ceilings: ClassVar[dict[str, str]] = {
+        "top_k": "max_top_k", "max_depth": "max_tree_depth", "max_breadth": "max_tree_breadth",
+        "max_llm_calls": "max_llm_calls_per_question",
+    }
+
+    top_k: PositiveInt | None = None
+    max_depth: PositiveInt | None = None
+    max_breadth: PositiveInt | None = None
+    max_llm_calls: PositiveInt | None = None
+
+
+class ConTReGenOptions(ConTReOptions):
+    """ConTReGen: ConTRe's options, and token caps of the node summaries and of the final answer (the budget
+    covers expansion and synthesis together)."""
+
+    ceilings: ClassVar[dict[str, str]] = {
+        **ConTReOptions.ceilings,
+        "summary_tokens": "max_completion_tokens", "answer_tokens": "max_completion_tokens",
+    }
+
+    summary_tokens: PositiveInt | None = None
+    answer_tokens: PositiveInt | None = None
+
+
 class StrategyInputs(BaseModel):
     """Runtime inputs of a strategy's run (beside its build options); none by default."""
 

@@ -21,7 +21,7 @@ Builder = Callable[..., QAPipeline]
 
 # Modules that register strategies when imported; a new strategy adds its module here.
 _STRATEGY_MODULES = ("docqa.pipelines.baselines", "docqa.pipelines.resp", "docqa.pipelines.atrag",
-                     "docqa.pipelines.mspr")
+                     "docqa.pipelines.mspr", "docqa.pipelines.contregen")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from docqa.errors import InvalidOptionsError
 from docqa.llm.calls import generate_text
 from docqa.pipelines.options import (
     ATRAGOptions,
+    ConTReGenOptions,
+    ConTReOptions,
     MSPROptions,
     NoRetrievalOptions,
     ReSPOptions,
@@ -34,7 +36,7 @@ from tests.support.scripted_chat import ScriptedChatGenerator
 
 SCOPE = AccessScope(tenant="acme", principals=frozenset({"user:alice"}))
 MODELS = {"no_retrieval": NoRetrievalOptions, "standard": StandardOptions, "resp": ReSPOptions, "atrag": ATRAGOptions,
-          "mspr": MSPROptions}
+          "mspr": MSPROptions, "contre": ConTReOptions, "contregen": ConTReGenOptions}
 
 
 def control(**limits: Any) -> RunControl:

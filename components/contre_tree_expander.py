@@ -1,0 +1,375 @@
+"""ConTRe's top-down half: plan sub-questions, verify them in two steps, retrieve, and recurse to a bounded depth."""
+
+from __future__ import annotations
+
+import re
+import threading
+from functools import partial
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.core.serialization import component_to_dict
+from haystack.utils import deserialize_chatgenerator_inplace, deserialize_component_inplace
+
+from docqa.components.context_tree import (
+    ACCEPTED,
+    REJECTED_NO_RELEVANT,
+    REJECTED_NOT_NEEDED,
+    REJECTED_UNREADABLE,
+    SKIPPED_BUDGET,
+    STOP_LLM_BUDGET,
+    STOP_NO_PASSAGES,
+    STOP_TREE_COMPLETE,
+    ContextTree,
+    TreeNode,
+)
+from docqa.components.prompt_templates import load_prompt, render_prompt
+from docqa.llm.calls import ChatGenerator, generate_json
+from docqa.recording import run_concurrently, sub_step
+from docqa.run_control import LLMBudgetExceededError, current_run
+
+MAX_SUB_QUESTION_CHARS = 300
+# Ceilings of the constructor's bounds, whatever a deployment configures: one question stays affordable.
+MAX_DEPTH = 4
+MAX_BREADTH = 10
+MAX_CONCURRENCY = 32
+
+
+def _plan_schema(max_items: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"sub_questions": {"type": "array", "items": {"type": "string"}, "maxItems": max_items}},
+        "required": ["sub_questions"],
+        "additionalProperties": False,
+    }
+
+
+VERIFY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"needed": {"type": "string", "enum": ["Yes", "No"]}, "query": {"type": "string"}},
+    "required": ["needed", "query"],
+    "additionalProperties": False,
+}
+RELEVANCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"relevant": {"type": "array", "items": {"type": "integer"}}},
+    "required": ["relevant"],
+    "additionalProperties": False,
+}
+
+
+class CallBudget:
+    """The expansion's share of the question's LLM calls: every accepted node keeps one call in reserve for its
+    summary, and the root one for the final answer, so synthesis never starves (thread-safe)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self.reserved = 1  # the root's final answer
+        self.exhausted = False
+        self._lock = threading.Lock()
+
+    def take(self, calls: int = 1, reserve: int = 0) -> bool:
+        """Spend `calls` now and keep `reserve` for later; False (and exhausted) when that would overspend."""
+        with self._lock:
+            if self.used + calls + self.reserved + reserve > self.total:
+                self.exhausted = True
+                return False
+            self.used += calls
+            self.reserved += reserve
+            return True
+
+    def release(self, reserve: int) -> None:
+        with self._lock:
+            self.reserved -= reserve
+
+    def stop(self) -> None:
+        with self._lock:
+            self.exhausted = True
+
+
+def _clean_sub_question(text: Any) -> str:
+    if not isinstance(text, str):
+        return ""
+    text = re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", " ".join(text.split()))
+    return text[:MAX_SUB_QUESTION_CHARS]
+
+
+def _normalised(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+@component
+class ConTReTreeExpander:
+    """
+    Builds ConTReGen's context tree top-down (the retrieval half, ConTRe).
+
+    The question is retrieved for; a planner reads it with those passages and proposes up to `max_breadth`
+    sub-questions, one facet each. Each sub-question is verified in two steps: (i) is it needed for its parent?
+    if so it is rewritten as a self-contained search query; (ii) that query is retrieved for, and only passages
+    judged relevant to the original question are kept. Accepted nodes are planned again down to `max_depth`.
+    Verification (ii) judges a node's passages in one call, not one call per passage. Passages already in the
+    tree are not judged again: a node that brings nothing new stops there.
+
+    Bounded: depth, breadth and a total LLM call budget (the smaller of `max_llm_calls` and what the run may still
+    spend), one call of which is kept per accepted node for its summary. When the budget ends the expansion the
+    tree so far is returned with `stop_reason="llm_budget"`. Sibling branches of one level run concurrently on at
+    most `concurrency` threads. Every retrieval takes the caller's `filters`. Each node is a trace step
+    (`tree_node`) whose parent is its parent node's step, with its verdicts, kept and dropped passages.
+
+    Usage example:
+    ```python
+    expander = ConTReTreeExpander(chat_generator=OpenAIChatGenerator(...), retriever=HybridRetriever(...))
+    out = expander.run(query="How does Noork's view of the war change?", filters=restrict(scope, None))
+    out["tree"].to_dict()["nodes"], out["documents"]
+    ```
+    """
+
+    step_kind = "tree_expansion"
+
+    def __init__(
+        self,
+        chat_generator: ChatGenerator,
+        retriever: Any,
+        *,
+        max_depth: int = 2,
+        max_breadth: int = 5,
+        max_llm_calls: int = 64,
+        concurrency: int = 4,
+        max_passage_chars: int = 1200,
+        plan_tokens: int = 256,
+        plan_template: str | None = None,
+        verify_template: str | None = None,
+        relevance_template: str | None = None,
+    ) -> None:
+        """
+        :param chat_generator: Any Haystack chat generator; the "planner" role in docqa.
+        :param retriever: A component with `run(query, filters) -> {"documents": [...]}`.
+        :param max_depth: Levels of sub-questions below the question (the paper uses 2).
+        :param max_breadth: Sub-questions kept per plan (the paper plans 5).
+        :param max_llm_calls: Calls this question may make in all, expansion and synthesis together.
+        :param concurrency: Branches expanded at once.
+        :param max_passage_chars: Characters of each passage shown in a prompt.
+        :param plan_tokens: Token cap of one plan.
+        :param plan_template: Jinja2 template (`question`, `parent`, `passages`, `max_sub_questions`).
+        :param verify_template: Jinja2 template (`question`, `parent`, `sub_question`).
+        :param relevance_template: Jinja2 template (`question`, `query`, `passages`).
+        :raises ValueError: a bound out of range, or a retriever without `run`.
+        """
+        for name, value, ceiling in (("max_depth", max_depth, MAX_DEPTH), ("max_breadth", max_breadth, MAX_BREADTH),
+                                     ("concurrency", concurrency, MAX_CONCURRENCY)):
+            if not 1 <= value <= ceiling:
+                raise ValueError(f"{name} must be between 1 and {ceiling}")
+        if max_llm_calls < 1 or max_passage_chars < 50 or plan_tokens < 16:
+            raise ValueError("max_llm_calls, max_passage_chars and plan_tokens must be positive (and usable)")
+        if not callable(getattr(retriever, "run", None)):
+            raise ValueError("retriever must be a component with a run() method")
+        self.chat_generator = chat_generator
+        self.retriever = retriever
+        self.max_depth = max_depth
+        self.max_breadth = max_breadth
+        self.max_llm_calls = max_llm_calls
+        self.concurrency = concurrency
+        self.max_passage_chars = max_passage_chars
+        self.plan_tokens = plan_tokens
+        self.plan_template = plan_template or load_prompt("contregen_plan")
+        self.verify_template = verify_template or load_prompt("contregen_verify")
+        self.relevance_template = relevance_template or load_prompt("contregen_relevance")
+
+    def warm_up(self) -> None:
+        if hasattr(self.retriever, "warm_up"):
+            self.retriever.warm_up()
+
+    @component.output_types(tree=ContextTree, documents=list[Document])
+    def run(self, query: str, filters: dict[str, Any] | None = None) -> dict[str, Any]:
+        """
+        :param query: The question.
+        :param filters: The caller's access filters, applied to every retrieval in every branch.
+        :returns: The `tree` (its `stop_reason` says why the expansion ended) and its deduplicated `documents`.
+        """
+        tree = ContextTree(question=query)
+        budget = CallBudget(self._call_budget())
+        tree.budget = budget.total
+        root = tree.add_node(None, query)
+        if budget.total < 1:
+            budget.stop()
+        self._expand_root(tree, root, filters, budget)
+        frontier = [tree.nodes[child] for child in root.children]
+        while frontier:
+            run_concurrently(*[partial(self._grow, tree, node, filters, budget) for node in frontier],
+                             max_workers=self.concurrency)
+            frontier = [tree.nodes[child] for node in frontier for child in node.children]
+        if not tree.documents:
+            tree.stop_reason = STOP_NO_PASSAGES
+        elif budget.exhausted:
+            tree.stop_reason = STOP_LLM_BUDGET
+        else:
+            tree.stop_reason = STOP_TREE_COMPLETE
+        return {"tree": tree, "documents": list(tree.documents.values())}
+
+    # ---- budget -------------------------------------------------------------------------------------------
+
+    def _call_budget(self) -> int:
+        """This strategy's limit, or less when the run's own per-question budget has less left."""
+        control = current_run()
+        if control is None:
+            return self.max_llm_calls
+        return max(0, min(self.max_llm_calls, control.max_llm_calls - control.llm_calls))
+
+    def _ask_json(self, tree: ContextTree, budget: CallBudget, prompt: str, schema: dict[str, Any], *, name: str,
+                  max_tokens: int, node: TreeNode) -> tuple[bool, dict[str, Any] | None]:
+        """(called, output): `called` is False when the run's budget refused the call after all."""
+        try:
+            data = generate_json(self.chat_generator, prompt, schema, name=name, max_tokens=max_tokens,
+                                 purpose=f"contre_{name}[{node.id}]")
+        except LLMBudgetExceededError:
+            # The shared client has the last word (e.g. another part of the run spent calls meanwhile).
+            budget.stop()
+            return False, None
+        tree.count_call(name)
+        return True, data
+
+    def _passages(self, documents: list[Document]) -> list[dict[str, Any]]:
+        return [{"number": number, "text": " ".join((doc.content or "").split())[: self.max_passage_chars]}
+                for number, doc in enumerate(documents, start=1)]
+
+    # ---- nodes --------------------------------------------------------------------------------------------
+
+    def _retrieve(self, query: str, filters: dict[str, Any] | None) -> list[Document]:
+        return list(self.retriever.run(query=query, filters=filters)["documents"])
+
+    def _expand_root(self, tree: ContextTree, root: TreeNode, filters: dict[str, Any] | None,
+                     budget: CallBudget) -> None:
+        with sub_step("tree_node", "contre_node 0", inputs={"query": root.query, "filters": filters}) as step:
+            root.step = step.index if step is not None else None
+            try:
+                documents, _ = tree.new_documents(self._retrieve(root.query, filters))
+                # The question's own passages are kept unjudged: they were retrieved for the question itself.
+                tree.keep(root, documents)
+                if documents:
+                    self._plan(tree, root, documents, budget)
+            finally:
+                if step is not None:
+                    step.outputs.update({"node": root.to_dict()})
+
+    def _grow(self, tree: ContextTree, node: TreeNode, filters: dict[str, Any] | None, budget: CallBudget) -> None:
+        parent = tree.nodes[node.parent or "0"]
+        with sub_step("tree_node", f"contre_node {node.id}", inputs={"sub_question": node.sub_question},
+                      parent=parent.step) as step:
+            node.step = step.index if step is not None else None
+            try:
+                self._verify_and_retrieve(tree, node, parent, filters, budget, step)
+            finally:
+                if step is not None:
+                    step.outputs.update({"node": node.to_dict()})
+
+    def _verify_and_retrieve(self, tree: ContextTree, node: TreeNode, parent: TreeNode,
+                             filters: dict[str, Any] | None, budget: CallBudget, step: Any) -> None:
+        # Verification (i): needed for the parent? then a self-contained query.
+        if not budget.take():
+            node.status = SKIPPED_BUDGET
+            return
+        prompt = render_prompt(self.verify_template, question=tree.question, parent=parent.sub_question,
+                               sub_question=node.sub_question)
+        called, verdict = self._ask_json(tree, budget, prompt, VERIFY_SCHEMA, name="verify", max_tokens=128,
+                                         node=node)
+        if not called:
+            node.status = SKIPPED_BUDGET
+            return
+        needed = verdict.get("needed") if verdict else None
+        if needed not in ("Yes", "No"):
+            node.needed, node.status = "unreadable", REJECTED_UNREADABLE
+            return
+        node.needed = needed.lower()
+        if needed == "No":
+            node.status = REJECTED_NOT_NEEDED
+            return
+        query = _clean_sub_question(verdict.get("query") if verdict else None) or node.sub_question
+        node.query = query
+        if step is not None:
+            step.inputs = {**step.inputs, "query": query, "filters": filters}
+        # Verification (ii): retrieve, keep what is new and judged relevant to the original question.
+        new, known = tree.new_documents(self._retrieve(query, filters))
+        node.dropped.extend({"id": doc.id, "reason": "already in the tree"} for doc in known)
+        if not new:
+            node.status = REJECTED_NO_RELEVANT
+            return
+        if not budget.take(reserve=1):  # the relevance call now, the node's summary later
+            node.status = SKIPPED_BUDGET
+            node.dropped.extend({"id": doc.id, "reason": "not judged (LLM call budget)"} for doc in new)
+            return
+        prompt = render_prompt(self.relevance_template, question=tree.question, query=query,
+                               passages=self._passages(new))
+        called, judged = self._ask_json(tree, budget, prompt, RELEVANCE_SCHEMA, name="relevance", max_tokens=64,
+                                        node=node)
+        numbers = judged.get("relevant") if judged else None
+        chosen = {n for n in numbers if isinstance(n, int) and not isinstance(n, bool)} if isinstance(
+            numbers, list) else set()
+        kept = [doc for number, doc in enumerate(new, start=1) if number in chosen]
+        reason = "judged irrelevant" if called and numbers is not None else (
+            "unreadable relevance verdict" if called else "not judged (LLM call budget)")
+        node.dropped.extend({"id": doc.id, "reason": reason} for doc in new if doc not in kept)
+        if not kept:
+            budget.release(1)
+            node.status = SKIPPED_BUDGET if not called else REJECTED_NO_RELEVANT
+            return
+        tree.keep(node, kept)
+        node.status = ACCEPTED
+        self._plan(tree, node, kept, budget)
+
+    def _plan(self, tree: ContextTree, node: TreeNode, documents: list[Document], budget: CallBudget) -> None:
+        """Propose the node's children (not yet verified); none below `max_depth`."""
+        if node.depth >= self.max_depth:
+            node.plan = "max_depth"
+            return
+        if not budget.take():
+            node.plan = "skipped_budget"
+            return
+        prompt = render_prompt(self.plan_template, question=tree.question, parent=node.query or node.sub_question,
+                               passages=self._passages(documents), max_sub_questions=self.max_breadth)
+        called, plan = self._ask_json(tree, budget, prompt, _plan_schema(self.max_breadth), name="plan",
+                                      max_tokens=self.plan_tokens, node=node)
+        if not called:
+            node.plan = "skipped_budget"
+            return
+        proposed = plan.get("sub_questions") if plan else None
+        if not isinstance(proposed, list):
+            node.plan = "malformed"
+            return
+        seen = {_normalised(tree.question), _normalised(node.sub_question)}
+        added = 0
+        for item in proposed:
+            text = _clean_sub_question(item)
+            key = _normalised(text)
+            if not key or key in seen:
+                continue
+            seen.add(key)
+            tree.add_node(node, text)
+            added += 1
+            if added >= self.max_breadth:
+                break
+        node.plan = "ok" if added else "empty"
+
+    # ---- serialization ------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self,
+            chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
+            retriever=component_to_dict(self.retriever, "retriever"),
+            max_depth=self.max_depth,
+            max_breadth=self.max_breadth,
+            max_llm_calls=self.max_llm_calls,
+            concurrency=self.concurrency,
+            max_passage_chars=self.max_passage_chars,
+            plan_tokens=self.plan_tokens,
+            plan_template=self.plan_template,
+            verify_template=self.verify_template,
+            relevance_template=self.relevance_template,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ConTReTreeExpander:
+        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
+        deserialize_component_inplace(data["init_parameters"], key="retriever")
+        return default_from_dict(cls, data)
