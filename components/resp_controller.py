@@ -53,6 +53,11 @@ class ReSPLoopState:
     attempt: int = 0
     rejected: str | None = None
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReSPLoopState:
+        # Haystack deep-copies every component input and output; the state is never mutated (each step replaces
+        # it) and its documents are only read, so copying them at every hop would only cost time.
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         """Compact form for the trace: the memories are in the summary steps, the documents in the retrievals."""
         return {"iteration": self.iteration, "sub_question": self.sub_question, "asked": list(self.asked),

@@ -44,6 +44,10 @@ class ReSPMemory:
     global_evidence: tuple[GlobalEvidence, ...] = field(default_factory=tuple)
     local_pathway: tuple[PathwayEntry, ...] = field(default_factory=tuple)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReSPMemory:
+        # Immutable all the way down: Haystack deep-copies every component input and output, a copy adds nothing.
+        return self
+
     def with_evidence(self, evidence: GlobalEvidence) -> ReSPMemory:
         return replace(self, global_evidence=(*self.global_evidence, evidence))
 

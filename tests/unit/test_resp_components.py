@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,12 @@ class TestReSPMemory:
     def test_round_trips_through_dict(self) -> None:
         memory = _memory()
         assert ReSPMemory.from_dict(memory.to_dict()) == memory
+
+    def test_is_passed_between_components_without_copies(self) -> None:
+        # Haystack deep-copies every component input; immutable memories and loop states need no copy.
+        memory = _memory()
+        state = ReSPLoopState(memory=memory, summarized=tuple(DOCS))
+        assert copy.deepcopy(memory) is memory and copy.deepcopy(state) is state
 
     def test_updates_do_not_mutate(self) -> None:
         empty = ReSPMemory()
