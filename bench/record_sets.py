@@ -48,9 +48,9 @@ from docqa.components.clinical_terms import observation_terms
 from docqa.components.time_scope_resolver import scope_filters
 from docqa.ingestion.records import parse_fhir_bundle, parse_synthea_csv_dir
 from docqa.pipelines.registry import build_pipeline
-from docqa.pipelines.topic_admin import refit_topic_model
 from docqa.runtime import Runtime
 from docqa.settings import Settings
+from docqa.topics import refit_topic_model
 from docqa_eval.datasets import shared_data_dir
 
 TENANT = "record-sets"

@@ -41,9 +41,9 @@ from docqa.access import AccessScope
 from docqa.ingestion.records import parse_fhir_bundle, parse_synthea_csv_dir
 from docqa.ingestion.records.reference_ranges import adult_range
 from docqa.pipelines.registry import build_pipeline
-from docqa.pipelines.topic_admin import refit_topic_model
 from docqa.runtime import Runtime
 from docqa.settings import Settings
+from docqa.topics import refit_topic_model
 from docqa_eval.datasets import shared_data_dir
 
 TENANT = "eval"

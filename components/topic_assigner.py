@@ -1,23 +1,36 @@
-"""Topic tagging of documents (ingestion) and of questions (query time) with a versioned BERTopic model."""
+"""Topic tagging of documents (ingestion) and of questions (query time) with a versioned BERTopic model.
+
+The models themselves (fitting, versions, per-tenant directories, refits) live in `docqa.topics`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_component_inplace
 
-from docqa.components.topic_models import FittedTopicModel, TopicModelInfo, TopicModelStore
+from docqa.topics import (
+    GUIDE_FIELD,
+    PROBABILITY_FIELD,
+    TOPIC_FIELD,
+    VERSION_FIELD,
+    FittedTopicModel,
+    TopicModelInfo,
+    TopicModelStore,
+    fit_documents,
+    tag_documents,
+    topic_model_dir,
+)
 
-TOPIC_FIELD = "topic_id"
-PROBABILITY_FIELD = "topic_probability"
-VERSION_FIELD = "topic_version"
-GUIDE_FIELD = "record_type"
+# The metadata fields are re-exported: ingestion and the retriever read them from here or from docqa.topics.
+__all__ = ["GUIDE_FIELD", "PROBABILITY_FIELD", "TOPIC_FIELD", "VERSION_FIELD", "TenantTopicAssigners",
+           "TopicAssigner", "TopicAssignment", "TopicModelInfo"]
 
 
 @dataclass(frozen=True)
@@ -94,14 +107,7 @@ class TopicAssigner:
         :returns: The new version's info.
         :raises ValueError: With too few documents to fit.
         """
-        embedded = self._with_embeddings(documents)
-        usable = [d for d in embedded if d.embedding is not None and d.content]
-        labels = [d.meta.get(GUIDE_FIELD) for d in usable]
-        info, _ = self._store.fit_new_version(
-            [d.content or "" for d in usable],
-            np.asarray([d.embedding for d in usable], dtype=np.float32),
-            labels=labels if any(labels) else None,
-        )
+        info = fit_documents(self._store, self._with_embeddings(documents))
         self.version = None
         self._model = self._store.load(info.version)
         self._loaded = True
@@ -126,26 +132,7 @@ class TopicAssigner:
         return {"documents": tagged, "query_topic": topic}
 
     def _tag(self, documents: list[Document], model: FittedTopicModel) -> list[Document]:
-        embedded = self._with_embeddings(documents)
-        guides = model.info.label_to_topic
-        unguided = [d for d in embedded if d.meta.get(GUIDE_FIELD) not in guides and d.embedding is not None]
-        assigned = dict(zip((d.id for d in unguided),
-                            model.assign_many(np.asarray([d.embedding for d in unguided]), self.temperature)
-                            if unguided else [], strict=True))
-        out = []
-        for doc in embedded:
-            guide = doc.meta.get(GUIDE_FIELD)
-            if guide in guides:
-                topic, probability = guides[guide], 1.0
-            elif doc.id in assigned:
-                topic, probability = assigned[doc.id]
-            else:
-                out.append(doc)
-                continue
-            meta = {**doc.meta, TOPIC_FIELD: topic, PROBABILITY_FIELD: round(probability, 4),
-                    VERSION_FIELD: model.version}
-            out.append(dataclasses.replace(doc, meta=meta))
-        return out
+        return tag_documents(model, self._with_embeddings(documents), self.temperature)
 
     def _with_embeddings(self, documents: list[Document]) -> list[Document]:
         missing = [d for d in documents if d.embedding is None]
@@ -175,3 +162,48 @@ class TopicAssigner:
 
 def _serialized(collaborator: Any | None, name: str) -> dict[str, Any] | None:
     return component_to_dict(collaborator, name) if collaborator is not None else None
+
+
+class TenantTopicAssigners:
+    """Each tenant's `TopicAssigner` (its latest model, under `topic_model_dir(root, tenant)`), built on first use.
+
+    Query-time components take this rather than one assigner, and name the tenant from docqa's access filters
+    (`docqa.access.tenant_of`), never from the caller.
+
+    Usage example:
+    ```python
+    assigners = TenantTopicAssigners(settings.data_dir, text_embedder=text_embedder)
+    assigners.for_tenant("acme").run(query="abnormal lab results")["query_topic"]
+    ```
+    """
+
+    def __init__(self, data_dir: str | Path, text_embedder: Any | None = None, temperature: float = 0.05) -> None:
+        """
+        :param data_dir: docqa's data directory; each tenant's models are under `topic_models/` in it.
+        :param text_embedder: Embeds questions.
+        :param temperature: Softmax temperature of every tenant's assigner.
+        """
+        self.data_dir = str(data_dir)
+        self.text_embedder = text_embedder
+        self.temperature = temperature
+        self._assigners: dict[str, TopicAssigner] = {}
+        self._lock = threading.Lock()
+
+    def for_tenant(self, tenant: str) -> TopicAssigner:
+        with self._lock:
+            if tenant not in self._assigners:
+                self._assigners[tenant] = TopicAssigner(topic_model_dir(self.data_dir, tenant),
+                                                        text_embedder=self.text_embedder,
+                                                        temperature=self.temperature)
+            return self._assigners[tenant]
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, data_dir=self.data_dir,
+                               text_embedder=_serialized(self.text_embedder, "text_embedder"),
+                               temperature=self.temperature)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TenantTopicAssigners:
+        if data["init_parameters"].get("text_embedder") is not None:
+            deserialize_component_inplace(data["init_parameters"], key="text_embedder")
+        return default_from_dict(cls, data)

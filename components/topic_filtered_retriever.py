@@ -11,7 +11,9 @@ from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_component_inplace
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
-from docqa.components.topic_assigner import TOPIC_FIELD, VERSION_FIELD, TopicAssigner
+from docqa.access import tenant_of
+from docqa.components.topic_assigner import TenantTopicAssigners, TopicAssigner
+from docqa.topics import TOPIC_FIELD, VERSION_FIELD
 
 MODE_TOPIC = "topic_filter"
 MODE_UNCERTAIN = "fallback_uncertain_topic"
@@ -30,6 +32,9 @@ class TopicFilteredRetriever:
     Topic keywords are computed only from the returned documents, which the caller's filters already
     restricted to what they may read; the topic model's own corpus-wide labels are never exposed.
 
+    With `topic_assigners` (per tenant) instead of one `topic_assigner`, the tenant's model is the one of the
+    tenant named in docqa's access `filters` (`docqa.access.tenant_of`); no tenant there means no topic model.
+
     Usage example:
     ```python
     retriever = TopicFilteredRetriever(retriever=hybrid, topic_assigner=assigner, min_probability=0.5)
@@ -38,11 +43,13 @@ class TopicFilteredRetriever:
     ```
     """
 
-    def __init__(self, retriever: Any, topic_assigner: TopicAssigner, min_probability: float = 0.5,
-                 min_documents: int | None = None, top_k: int = 5) -> None:
+    def __init__(self, retriever: Any, topic_assigner: TopicAssigner | None = None, min_probability: float = 0.5,
+                 min_documents: int | None = None, top_k: int = 5,
+                 topic_assigners: TenantTopicAssigners | None = None) -> None:
         """
         :param retriever: Any retriever with `run(query, filters, top_k) -> {"documents": [...]}`.
-        :param topic_assigner: Assigns the question's topic.
+        :param topic_assigner: Assigns the question's topic (one model for every question).
+        :param topic_assigners: Or each tenant's assigner, picked by the tenant of the access filters.
         :param min_probability: Below this the topic is uncertain and retrieval is not narrowed.
         :param min_documents: The filtered search must return at least this many; `top_k` when None.
         :param top_k: Default number of documents.
@@ -53,8 +60,11 @@ class TopicFilteredRetriever:
             raise ValueError("min_documents must be positive")
         if top_k < 1:
             raise ValueError("top_k must be positive")
+        if (topic_assigner is None) == (topic_assigners is None):
+            raise ValueError("give exactly one of topic_assigner and topic_assigners")
         self.retriever = retriever
         self.topic_assigner = topic_assigner
+        self.topic_assigners = topic_assigners
         self.min_probability = min_probability
         self.min_documents = min_documents
         self.top_k = top_k
@@ -70,7 +80,8 @@ class TopicFilteredRetriever:
         """
         top_k = top_k or self.top_k
         needed = min(self.min_documents or top_k, top_k)
-        assignment = self.topic_assigner.run(query=query)["query_topic"]
+        assigner = self._assigner(filters)
+        assignment = assigner.run(query=query)["query_topic"] if assigner is not None else None
         info: dict[str, Any] = {"mode": MODE_NO_MODEL, "topic_id": None, "probability": None, "version": None,
                                 "min_probability": self.min_probability, "filtered_count": None}
         if assignment is not None:
@@ -95,11 +106,18 @@ class TopicFilteredRetriever:
             info["keywords"] = topic_keywords(documents, assignment.topic_id)
         return {"documents": documents, "topic": info}
 
+    def _assigner(self, filters: dict[str, Any] | None) -> TopicAssigner | None:
+        if self.topic_assigner is not None:
+            return self.topic_assigner
+        tenant = tenant_of(filters)
+        return self.topic_assigners.for_tenant(tenant) if tenant and self.topic_assigners is not None else None
+
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
             self,
             retriever=component_to_dict(self.retriever, "retriever"),
-            topic_assigner=self.topic_assigner.to_dict(),
+            topic_assigner=self.topic_assigner.to_dict() if self.topic_assigner is not None else None,
+            topic_assigners=self.topic_assigners.to_dict() if self.topic_assigners is not None else None,
             min_probability=self.min_probability,
             min_documents=self.min_documents,
             top_k=self.top_k,
@@ -107,8 +125,12 @@ class TopicFilteredRetriever:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TopicFilteredRetriever:
-        deserialize_component_inplace(data["init_parameters"], key="retriever")
-        deserialize_component_inplace(data["init_parameters"], key="topic_assigner")
+        params = data["init_parameters"]
+        deserialize_component_inplace(params, key="retriever")
+        if params.get("topic_assigner") is not None:
+            deserialize_component_inplace(params, key="topic_assigner")
+        if params.get("topic_assigners") is not None:
+            params["topic_assigners"] = TenantTopicAssigners.from_dict(params["topic_assigners"])
         return default_from_dict(cls, data)
 
 

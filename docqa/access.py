@@ -48,6 +48,23 @@ def restrict(scope: AccessScope, filters: dict[str, Any] | None) -> dict[str, An
     return {"operator": "AND", "conditions": [*access["conditions"], filters]}
 
 
+def tenant_of(filters: dict[str, Any] | None) -> str | None:
+    """The tenant docqa's access filters (`restrict`) name: the top-level `meta.tenant ==` condition.
+
+    None when there is none or when two disagree (such filters match nothing anyway). Components use it to pick
+    per-tenant resources (topic models), so the tenant comes from the server-built scope, never from the caller.
+    """
+    if not filters:
+        return None
+    conditions = filters.get("conditions") if filters.get("operator") == "AND" else [filters]
+    tenants = {c.get("value") for c in conditions or [] if isinstance(c, dict)
+               and c.get("field") == f"meta.{TENANT_FIELD}" and c.get("operator") == "=="}
+    if len(tenants) != 1:
+        return None
+    tenant = tenants.pop()
+    return tenant if isinstance(tenant, str) and tenant else None
+
+
 def validate_access_meta(meta: dict[str, Any]) -> None:
     """Reject documents without access-control metadata: nothing is ever stored open."""
     tenant = meta.get(TENANT_FIELD)

@@ -1,4 +1,10 @@
-"""Fitting and storing versioned BERTopic models over precomputed embeddings.
+"""Topic models in one place: fitting, versions, per-tenant directories, tagging, refits and their status.
+
+Components stay thin: `TopicAssigner` (tags documents, assigns a question its topic) and `TopicFilteredRetriever`
+call into this module; the CLI (`docqa topics`), the server (POST /v1/records) and ingestion use the admin
+functions at the end (`refit_topic_model`, `topic_model_status`, `tenant_topic_assigner`).
+
+Fitting and storing versioned BERTopic models over precomputed embeddings:
 
 A model directory holds one subdirectory per version (`v0001`, `v0002`, ...); each is written to a temporary
 directory and renamed into place, so a reader never sees half a version. Fitting never loads an embedding
@@ -10,33 +16,54 @@ Query and document assignment use the nearest topic embedding (cosine), softmax-
 so the same rule tags documents at ingestion and questions at query time.
 
 Usage:
-    store = TopicModelStore(settings.data_dir / "topic_models" / tenant)
+    store = TopicModelStore(topic_model_dir(settings.data_dir, tenant))
     info = store.fit_new_version(texts, embeddings, labels=record_types)
     model = store.load()            # latest version
     model.assign(query_embedding)   # (topic_id, probability)
+    refit_topic_model(runtime, tenant="acme")          # admin: fit version N+1 and re-tag the tenant
+    topic_model_status(runtime, "acme").message()      # missing, stale or current
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import logging
 import math
+import re
 import shutil
 import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from filelock import FileLock
+
+if TYPE_CHECKING:
+    from haystack import Document
+
+    from docqa.components.topic_assigner import TopicAssigner
+    from docqa.runtime import Runtime
 
 MIN_DOCUMENTS = 8
 HDBSCAN_MIN_DOCUMENTS = 150
 INFO_FILE = "docqa_topics.json"
 SEED = 42
+# Document metadata written by tagging; `record_type` guides (supervises) the fit when documents carry it.
+TOPIC_FIELD = "topic_id"
+PROBABILITY_FIELD = "topic_probability"
+VERSION_FIELD = "topic_version"
+GUIDE_FIELD = "record_type"
 
+
+def topic_model_dir(data_dir: Path | str, tenant: str) -> Path:
+    """One directory of topic model versions per tenant (a readable, collision-free name)."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)[:40]
+    return Path(data_dir) / "topic_models" / f"{readable}-{hashlib.sha256(tenant.encode()).hexdigest()[:8]}"
 
 
 class _NoEmbeddingModelWarning(logging.Filter):
@@ -246,3 +273,116 @@ class TopicModelStore:
         model = BERTopic.load(str(path / "bertopic"), embedding_model=None)
         ids, embeddings = _topic_table(model)
         return FittedTopicModel(info, ids, embeddings, model)
+
+
+# ---- tagging and fitting documents ------------------------------------------------------------------------------
+
+
+def fit_documents(store: TopicModelStore, documents: list[Document]) -> TopicModelInfo:
+    """Fit and store a new version on the documents that have content and an embedding; supervised by
+    `record_type` when documents carry it.
+
+    :raises ValueError: too few usable documents.
+    """
+    usable = [d for d in documents if d.embedding is not None and d.content]
+    labels = [d.meta.get(GUIDE_FIELD) for d in usable]
+    info, _ = store.fit_new_version(
+        [d.content or "" for d in usable],
+        np.asarray([d.embedding for d in usable], dtype=np.float32),
+        labels=labels if any(labels) else None,
+    )
+    return info
+
+
+def tag_documents(model: FittedTopicModel, documents: list[Document], temperature: float) -> list[Document]:
+    """Copies of `documents` tagged with their topic: their record type's topic (probability 1.0) when the model
+    knows it, else the nearest topic by embedding; documents without either are returned untagged."""
+    guides = model.info.label_to_topic
+    unguided = [d for d in documents if d.meta.get(GUIDE_FIELD) not in guides and d.embedding is not None]
+    assigned = dict(zip((d.id for d in unguided),
+                        model.assign_many(np.asarray([d.embedding for d in unguided]), temperature)
+                        if unguided else [], strict=True))
+    out = []
+    for doc in documents:
+        guide = doc.meta.get(GUIDE_FIELD)
+        if guide in guides:
+            topic, probability = guides[guide], 1.0
+        elif doc.id in assigned:
+            topic, probability = assigned[doc.id]
+        else:
+            out.append(doc)
+            continue
+        meta = {**doc.meta, TOPIC_FIELD: topic, PROBABILITY_FIELD: round(probability, 4), VERSION_FIELD: model.version}
+        out.append(dataclasses.replace(doc, meta=meta))
+    return out
+
+
+# ---- admin: refit a tenant's model, and whether it covers the tenant's documents ---------------------------------
+
+
+def refit_topic_model(runtime: Runtime, tenant: str) -> TopicModelInfo:
+    """Fit version N+1 on every stored document of `tenant`, then tag and re-write those documents.
+
+    Re-fitting is never implicit: queries keep using the version their documents were tagged with until an admin
+    runs this. Documents are re-written with the new version's tags (same ids, so in place).
+
+    :raises ValueError: When the tenant has too few documents to fit a topic model.
+    """
+    from haystack.document_stores.types import DuplicatePolicy
+
+    from docqa.components.topic_assigner import TopicAssigner
+
+    store = runtime.document_store
+    documents = store.filter_documents(filters={"field": "meta.tenant", "operator": "==", "value": tenant})
+    assigner = TopicAssigner(topic_model_dir(runtime.settings.data_dir, tenant),
+                             document_embedder=runtime.document_embedder())
+    info = assigner.fit(documents)
+    tagged = assigner.run(documents=documents)["documents"]
+    store.write_documents(tagged, policy=DuplicatePolicy.OVERWRITE)
+    return info
+
+
+@dataclass(frozen=True)
+class TopicModelStatus:
+    """Whether a tenant's topic model covers its documents: `missing` (none fitted), `stale` (documents not
+    tagged with the latest version, e.g. ingested after it was fitted) or `current`."""
+
+    tenant: str
+    state: str
+    version: int | None
+    untagged: int | None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def message(self) -> str:
+        refit = f"docqa topics refit --tenant {self.tenant}"
+        if self.state == "missing":
+            return (f"topic model: none for tenant {self.tenant!r}, so AT-RAG's topic filter is off (its steps say "
+                    f"no_topic_model); record questions naming a type, code or state do not need it. Fit one with "
+                    f"`{refit}`")
+        if self.state == "stale":
+            return (f"topic model: v{self.version} for tenant {self.tenant!r} is stale: {self.untagged} documents "
+                    f"are not tagged with it; refit with `{refit}`")
+        return f"topic model: v{self.version} for tenant {self.tenant!r} covers all the tenant's documents"
+
+
+def tenant_topic_assigner(runtime: Runtime, tenant: str) -> TopicAssigner | None:
+    """The tenant's latest topic model as an assigner for tagging new documents; None when none is fitted."""
+    from docqa.components.topic_assigner import TopicAssigner
+
+    assigner = TopicAssigner(topic_model_dir(runtime.settings.data_dir, tenant),
+                             document_embedder=runtime.document_embedder())
+    return assigner if assigner.model is not None else None
+
+
+def topic_model_status(runtime: Runtime, tenant: str) -> TopicModelStatus:
+    """How the tenant's latest topic model relates to its stored documents (reads only the untagged ones)."""
+    model = TopicModelStore(topic_model_dir(runtime.settings.data_dir, tenant)).load()
+    if model is None:
+        return TopicModelStatus(tenant, "missing", None, None)
+    untagged = runtime.document_store.filter_documents(filters={"operator": "AND", "conditions": [
+        {"field": "meta.tenant", "operator": "==", "value": tenant},
+        {"field": f"meta.{VERSION_FIELD}", "operator": "!=", "value": model.version},
+    ]})
+    return TopicModelStatus(tenant, "stale" if untagged else "current", model.version, len(untagged))

@@ -1,14 +1,27 @@
 """AT-RAG: topic-filtered retrieval, chain-of-thought answering, and an answer grader driving query rewrites.
 
-Per iteration: retrieve (narrowed to the question's topic, with a recorded fallback) -> reason and answer ->
-grade (hallucination, then usefulness) -> on failure rewrite the query and go again, at most
-`max_iterations` times; the last answer is returned when none passes. Questions about patient records with a
-time phrase ("in the last two years", "since 2015", "last visit") are resolved against an explicit `as_of`
-instant into patient and date-range filters, and then every record in the window is retrieved, not a top-k.
-When the question also names what it asks for (record types, a code or name, "abnormal", "active ... as of"),
-`RecordQueryResolver` turns that into exact metadata filters: the records retrieved are exactly the matching ones
-(no topic narrowing, no ranking), and the result carries a record table computed from them (the last step's
-`table`, and one citation per record with its table row), which the model's answer summarises.
+A `haystack.Pipeline` run through `HaystackStrategy`. Per round: retrieve (narrowed to the question's topic,
+with a recorded fallback) -> reason and answer -> grade (hallucination, then usefulness) -> on failure rewrite
+the query and go again, at most `max_iterations` rounds; the last answer is returned when none passes. Questions
+about patient records with a time phrase ("in the last two years", "since 2015", "last visit") are resolved
+against an explicit `as_of` instant into patient and date-range filters, and then every record in the window is
+retrieved, not a top-k. When the question also names what it asks for (record types, a code or name,
+"abnormal", "active ... as of"), the filters select exactly the matching records (no topic narrowing, no
+ranking), and the result carries a record table computed from them (the last step's `table`, and one citation
+per record with its table row), which the model's answer summarises.
+
+Graph (`docqa pipelines export atrag` prints it as YAML):
+
+    record_query_resolver -> controller -state-> round_joiner -> retriever -> cot_answer_generator -> answer_grader
+        controller <- (retriever.state, generator answer/cited_documents, grader passed/feedback)
+        controller -final-> final_joiner -> record_table                      (answer_accepted, max_iterations)
+        controller -previous_queries/rewrite_feedback-> query_rewriter -query-> rewrite_router
+        controller -pending-> rewrite_router -again/next_query-> round_joiner, retriever   (a new query)
+                                             -stopped-> final_joiner                        (no_new_query)
+
+The decisions (stop reasons, the exact-record path) are in `ATRAGController`; the loop is bounded by the
+controller (`max_iterations`) and again by Haystack's `max_runs_per_component`. Each tenant's topic model is
+picked from the tenant of docqa's access filters, never from the caller.
 
 Usage:
     pipeline = build_pipeline("atrag", runtime, max_iterations=3)
@@ -18,66 +31,106 @@ Usage:
 
 from __future__ import annotations
 
-import hashlib
-import re
-import threading
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from haystack import Document
+from haystack import Pipeline
+from haystack.components.joiners import BranchJoiner
+from haystack.components.routers import ConditionalRouter
 
-from docqa.access import AccessScope, restrict
 from docqa.components.answer_grader import AnswerGrader
+from docqa.components.atrag_controller import (
+    STOP_ACCEPTED,
+    STOP_MAX_ITERATIONS,
+    STOP_NO_NEW_QUERY,
+    ATRAGController,
+    ATRAGRound,
+)
+from docqa.components.atrag_retriever import MODE_EXACT_RECORDS, RECORD_SUMMARY_ID, ATRAGRetriever
 from docqa.components.cot_answer_generator import CoTAnswerGenerator
 from docqa.components.prompt_templates import load_prompt, prompt_fingerprint
 from docqa.components.query_rewriter import QueryRewriter
 from docqa.components.record_query_resolver import RecordQueryResolver
+from docqa.components.record_table_answer import RecordTableAnswer, record_citations
 from docqa.components.record_table_builder import RecordTableBuilder
 from docqa.components.record_window_retriever import RecordWindowRetriever
-from docqa.components.time_scope_resolver import TimeScopeResolver, scope_filters
-from docqa.components.topic_assigner import TopicAssigner
+from docqa.components.time_scope_resolver import TimeScopeResolver
+from docqa.components.topic_assigner import TenantTopicAssigners
 from docqa.components.topic_filtered_retriever import TopicFilteredRetriever
-from docqa.pipelines.base import citations_from_documents, finish, validate_question
+from docqa.llm.role_generator import RoleChatGenerator
+from docqa.pipelines.haystack_strategy import HaystackStrategy
 from docqa.pipelines.options import ATRAGInputs, ATRAGOptions
 from docqa.pipelines.registry import register
-from docqa.recording import StepRecorder, document_summary
-from docqa.result import Citation, PipelineResult
 from docqa.runtime import Runtime
 
-STOP_ACCEPTED = "answer_accepted"
-STOP_MAX_ITERATIONS = "max_iterations"
-STOP_NO_NEW_QUERY = "no_new_query"
-MODE_EXACT_RECORDS = "exact_record_query"
-RECORD_SUMMARY_ID = "record-table-summary"
-_UNUSABLE_ANSWER = re.compile(r"^\W*(?:i\s+(?:do\s+not|don't|cannot|can't)\s+(?:know|tell|say|answer)|unknown|n/?a|"
-                              r"none|no\s+answer|not\s+sure)\W*$", re.IGNORECASE)
+__all__ = ["MODE_EXACT_RECORDS", "RECORD_SUMMARY_ID", "STOP_ACCEPTED", "STOP_MAX_ITERATIONS", "STOP_NO_NEW_QUERY",
+           "ATRAGPipeline", "build_atrag", "record_citations"]
+
+INPUT_NAMES = tuple(ATRAGInputs.model_fields)
+KINDS = {"round_joiner": "routing", "final_joiner": "routing", "rewrite_router": "routing",
+         "record_query_resolver": "time_scope", "retriever": "retrieval", "cot_answer_generator": "reasoning",
+         "answer_grader": "grading", "query_rewriter": "rewrite", "controller": "control",
+         "record_table": "record_table"}
+# After a rewrite: nothing new ends the loop with the pending draft, a new query starts the next round.
+REWRITE_ROUTES = [
+    {"condition": "{{ query is none }}", "output": "pending", "output_name": "stopped", "output_type": ATRAGRound,
+     "output_passthrough": True},
+    {"condition": "{{ query is not none }}", "output": ["pending", "query"], "output_name": ["again", "next_query"],
+     "output_type": [ATRAGRound, str], "output_passthrough": True},
+]
 
 
-def topic_model_dir(data_dir: Path, tenant: str) -> Path:
-    """One directory of topic model versions per tenant (a readable, collision-free name)."""
-    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)[:40]
-    return Path(data_dir) / "topic_models" / f"{readable}-{hashlib.sha256(tenant.encode()).hexdigest()[:8]}"
+def atrag_graph(*, resolver: RecordQueryResolver, retriever: ATRAGRetriever, generator: CoTAnswerGenerator,
+                grader: AnswerGrader, rewriter: QueryRewriter, max_iterations: int,
+                record_table: RecordTableAnswer | None = None) -> Pipeline:
+    """The AT-RAG graph (see the module docstring); every component runs at most `max_iterations` + 1 times."""
+    pipeline = Pipeline(max_runs_per_component=max_iterations + 1)
+    pipeline.add_component("record_query_resolver", resolver)
+    pipeline.add_component("controller", ATRAGController(max_iterations=max_iterations))
+    pipeline.add_component("round_joiner", BranchJoiner(ATRAGRound))
+    pipeline.add_component("retriever", retriever)
+    pipeline.add_component("cot_answer_generator", generator)
+    pipeline.add_component("answer_grader", grader)
+    pipeline.add_component("query_rewriter", rewriter)
+    pipeline.add_component("rewrite_router", ConditionalRouter(REWRITE_ROUTES))
+    pipeline.add_component("final_joiner", BranchJoiner(ATRAGRound))
+    pipeline.add_component("record_table", record_table or RecordTableAnswer())
+    for sender, receiver in (
+        ("record_query_resolver.scope", "controller.scope"),
+        ("record_query_resolver.query", "controller.record_query"),
+        ("record_query_resolver.filters", "controller.record_filters"),
+        ("controller.state", "round_joiner.value"),
+        ("round_joiner.value", "retriever.state"),
+        ("retriever.prompt_documents", "cot_answer_generator.documents"),
+        ("retriever.state", "controller.state"),
+        ("cot_answer_generator.answer", "answer_grader.answer"),
+        ("cot_answer_generator.prompt_documents", "answer_grader.documents"),
+        ("cot_answer_generator.answer", "controller.answer"),
+        ("cot_answer_generator.cited_documents", "controller.cited_documents"),
+        ("answer_grader.passed", "controller.passed"),
+        ("answer_grader.feedback", "controller.feedback"),
+        ("controller.previous_queries", "query_rewriter.previous_queries"),
+        ("controller.rewrite_feedback", "query_rewriter.feedback"),
+        ("controller.pending", "rewrite_router.pending"),
+        ("query_rewriter.query", "rewrite_router.query"),
+        ("rewrite_router.again", "round_joiner.value"),
+        ("rewrite_router.next_query", "retriever.query"),
+        ("rewrite_router.stopped", "final_joiner.value"),
+        ("controller.final", "final_joiner.value"),
+        ("final_joiner.value", "record_table.result"),
+    ):
+        pipeline.connect(sender, receiver)
+    return pipeline
 
 
-def _and(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
-    present = [f for f in filters if f]
-    if not present:
-        return None
-    return present[0] if len(present) == 1 else {"operator": "AND", "conditions": present}
-
-
-class ATRAGPipeline:
-    """The AT-RAG driver loop; collaborators are components, topic models are per tenant."""
-
-    name = "atrag"
+class ATRAGPipeline(HaystackStrategy):
+    """AT-RAG as a Haystack graph; collaborators are components, topic models are per tenant."""
 
     def __init__(
         self,
         *,
         ranked_retriever: Any,
         record_retriever: RecordWindowRetriever,
-        topic_assigner_for: Callable[[str], TopicAssigner],
+        topic_assigners: TenantTopicAssigners,
         time_resolver: TimeScopeResolver,
         generator: CoTAnswerGenerator,
         grader: AnswerGrader,
@@ -93,162 +146,38 @@ class ATRAGPipeline:
     ) -> None:
         if max_iterations < 1:
             raise ValueError("max_iterations must be at least 1")
-        self.ranked_retriever = ranked_retriever
-        self.record_retriever = record_retriever
-        self.topic_assigner_for = topic_assigner_for
-        self.time_resolver = time_resolver
-        self.generator = generator
-        self.grader = grader
-        self.rewriter = rewriter
-        self.top_k = top_k
-        self.max_iterations = max_iterations
-        self.min_topic_probability = min_topic_probability
-        self.max_scoped_records = max_scoped_records
-        self.max_question_chars = max_question_chars
-        self.models = models or {}
         if record_resolver is None:
             record_resolver = RecordQueryResolver(time_resolver.document_store)
             record_resolver.time_resolver = time_resolver
-        self.record_resolver = record_resolver
-        self.table_builder = table_builder or RecordTableBuilder()
-        self._retrievers: dict[tuple[str, bool], TopicFilteredRetriever] = {}
-        self._lock = threading.Lock()
-
-    def config(self) -> dict[str, Any]:
-        return {
-            "pipeline": self.name,
-            "models": self.models,
-            "top_k": self.top_k,
-            "max_iterations": self.max_iterations,
-            "min_topic_probability": self.min_topic_probability,
-            "max_scoped_records": self.max_scoped_records,
-            "prompts": {
-                "atrag_answer": prompt_fingerprint(self.generator.prompt_template),
-                "atrag_grade_grounded": prompt_fingerprint(self.grader.grounded_template),
-                "atrag_grade_useful": prompt_fingerprint(self.grader.useful_template),
-                "atrag_rewrite": prompt_fingerprint(self.rewriter.prompt_template),
+        retriever = ATRAGRetriever(
+            ranked=TopicFilteredRetriever(ranked_retriever, topic_assigners=topic_assigners,
+                                          min_probability=min_topic_probability, top_k=top_k),
+            # A time window asks for all its records: any record of the topic in it is enough to narrow.
+            window=TopicFilteredRetriever(record_retriever, topic_assigners=topic_assigners,
+                                          min_probability=min_topic_probability, min_documents=1,
+                                          top_k=max_scoped_records),
+            records=RecordWindowRetriever(record_retriever.document_store, top_k=max_scoped_records),
+            table_builder=table_builder,
+        )
+        self.generator, self.grader, self.rewriter = generator, grader, rewriter
+        pipeline = atrag_graph(resolver=record_resolver, retriever=retriever, generator=generator, grader=grader,
+                               rewriter=rewriter, max_iterations=max_iterations)
+        super().__init__(
+            "atrag", pipeline, models=models, max_question_chars=max_question_chars, kinds=KINDS,
+            input_names=INPUT_NAMES,
+            summary={
+                "top_k": top_k,
+                "max_iterations": max_iterations,
+                "min_topic_probability": min_topic_probability,
+                "max_scoped_records": max_scoped_records,
+                "prompts": {
+                    "atrag_answer": prompt_fingerprint(generator.prompt_template),
+                    "atrag_grade_grounded": prompt_fingerprint(grader.grounded_template),
+                    "atrag_grade_useful": prompt_fingerprint(grader.useful_template),
+                    "atrag_rewrite": prompt_fingerprint(rewriter.prompt_template),
+                },
             },
-        }
-
-    def _topic_retriever(self, tenant: str, scoped: bool) -> TopicFilteredRetriever:
-        with self._lock:
-            key = (tenant, scoped)
-            if key not in self._retrievers:
-                # A time window asks for all its records: any record of the topic in it is enough to narrow.
-                self._retrievers[key] = TopicFilteredRetriever(
-                    retriever=self.record_retriever if scoped else self.ranked_retriever,
-                    topic_assigner=self.topic_assigner_for(tenant),
-                    min_probability=self.min_topic_probability,
-                    min_documents=1 if scoped else None,
-                    top_k=self.max_scoped_records if scoped else self.top_k,
-                )
-            return self._retrievers[key]
-
-    def run(self, question: str, scope: AccessScope, filters: dict[str, Any] | None = None, *,
-            as_of: str | None = None, patient_id: str | None = None, record_offset: int = 0) -> PipelineResult:
-        """Answer `question` for `scope`; `as_of` (ISO, default now) anchors relative time phrases.
-
-        `record_offset` pages through an exact record set larger than `max_scoped_records` (newest first).
-        """
-        question = validate_question(question, self.max_question_chars)
-        if record_offset < 0:
-            raise ValueError("record_offset must not be negative")
-        recorder = StepRecorder()
-        with recorder.step("time_scope", "record_query_resolver",
-                           inputs={"question": question, "as_of": as_of, "patient_id": patient_id}) as step:
-            resolved = self.record_resolver.run(question=question, as_of=as_of, patient_id=patient_id,
-                                                filters=restrict(scope, filters))
-            time_scope, record_query = resolved["scope"], resolved["query"]
-            # Exact when the question names what it asks for and whose or when: then metadata alone decides.
-            exact = record_query.exact and (time_scope.patient_id is not None or time_scope.kind != "none")
-            step.outputs.update(scope=time_scope.to_dict(), record_query=record_query.to_dict(),
-                                filters=resolved["filters"], exact=exact)
-        scoped = exact or time_scope.kind != "none"
-        # Unscoped questions keep ranked retrieval, narrowed only to the patient when one is known.
-        query_filters = resolved["filters"] if scoped else scope_filters(time_scope)
-        effective = restrict(scope, _and(filters, query_filters))
-        retriever = self._topic_retriever(scope.tenant, scoped)
-        top_k = self.max_scoped_records if scoped else self.top_k
-        queries = [question]
-        answer, cited, stop_reason, table = "", [], STOP_MAX_ITERATIONS, None
-        for iteration in range(1, self.max_iterations + 1):
-            query = queries[-1]
-            with recorder.step("retrieval", "record_window_retriever" if exact else "topic_filtered_retriever",
-                               inputs={"query": query, "iteration": iteration, "filters": effective, "top_k": top_k,
-                                       "record_window": scoped, "exact": exact, "record_offset": record_offset,
-                                       }) as step:
-                if exact:
-                    # The filters select exactly the records asked for: a topic filter could only drop some.
-                    page = self.record_retriever.run(query=query, filters=effective, top_k=top_k,
-                                                     offset=record_offset)
-                    documents = page["documents"]
-                    topic = {"mode": MODE_EXACT_RECORDS, "total": page["total"], "truncated": page["truncated"]}
-                    if table is None:
-                        table = self.table_builder.run(
-                            documents=documents, total=page["total"], offset=page["offset"],
-                            summary=page["summary"],
-                            query={"record_query": record_query.to_dict(), "scope": time_scope.to_dict()},
-                        )["table"]
-                else:
-                    retrieved = retriever.run(query=query, filters=effective, top_k=top_k)
-                    documents, topic = retrieved["documents"], retrieved["topic"]
-                step.outputs.update(topic=topic, documents=[document_summary(d) for d in documents])
-            prompt_documents = _with_table_summary(documents, table) if table is not None else documents
-            with recorder.step("reasoning", "cot_answer_generator",
-                               inputs={"question": question, "iteration": iteration}) as step:
-                generated = self.generator.run(question=question, documents=prompt_documents)
-                answer, cited = generated["answer"], generated["cited_documents"]
-                step.outputs.update(reasoning=generated["reasoning"], answer=answer,
-                                    prompt_document_ids=[d.id for d in generated["prompt_documents"]],
-                                    cited_document_ids=[d.id for d in cited])
-            with recorder.step("grading", "answer_grader", inputs={"iteration": iteration, "answer": answer}) as step:
-                grade = self.grader.run(question=question, answer=answer, documents=generated["prompt_documents"])
-                step.outputs.update(grade)
-            if grade["passed"]:
-                stop_reason = STOP_ACCEPTED
-                break
-            if iteration == self.max_iterations:
-                break
-            with recorder.step("rewrite", "query_rewriter",
-                               inputs={"previous_queries": list(queries), "feedback": grade["feedback"]}) as step:
-                rewritten = self.rewriter.run(question=question, previous_queries=queries, feedback=grade["feedback"])
-                step.outputs.update(rewritten)
-            if rewritten["query"] is None:
-                stop_reason = STOP_NO_NEW_QUERY
-                break
-            queries.append(rewritten["query"])
-        if table is None:
-            return finish(self, question, answer, citations_from_documents(cited), recorder, stop_reason=stop_reason)
-        with recorder.step("record_table", "record_table_builder",
-                           inputs={"total": table["total"], "offset": table["offset"]}) as step:
-            model_answer = answer
-            if not _usable(answer):
-                answer = table["description"]
-            step.outputs.update(table=table, answer_source="model" if answer == model_answer else "record_table")
-        return finish(self, question, answer, record_citations(table), recorder, stop_reason=stop_reason)
-
-
-def _usable(answer: str) -> bool:
-    return bool(answer and answer.strip()) and not _UNUSABLE_ANSWER.match(answer.strip())
-
-
-def _with_table_summary(documents: list[Document], table: dict[str, Any]) -> list[Document]:
-    """The records, oldest first, after one document stating the table's totals (so a model sees the whole set)."""
-    ordered = sorted(documents, key=lambda d: (str(d.meta.get("effective_start_utc") or ""), d.id))
-    return [Document(id=RECORD_SUMMARY_ID, content="Record table: " + table["description"],
-                     meta={"source": "record table"}), *ordered]
-
-
-def record_citations(table: dict[str, Any], snippet_chars: int = 200) -> list[Citation]:
-    """One citation per record of the table, in table order, each carrying its row."""
-    citations = []
-    for row in table["rows"]:
-        value = f"{row['value']} {row.get('unit') or ''}".strip() if row.get("value") is not None else ""
-        snippet = "; ".join(str(part) for part in (
-            str(row.get("date") or "")[:10], row.get("type"), row.get("name"), value, row.get("flag")) if part)
-        citations.append(Citation(document_id=row["record_id"], source=row.get("source"),
-                                  snippet=snippet[:snippet_chars], record=row))
-    return citations
+        )
 
 
 @register("atrag", "AT-RAG: topic-filtered retrieval, chain-of-thought answer, graded with bounded query rewrites; "
@@ -260,29 +189,23 @@ def build_atrag(runtime: Runtime, top_k: int | None = None, max_iterations: int 
     settings = runtime.settings
     top_k = top_k or settings.top_k
     prompts_dir = settings.prompts_dir
-    assigners: dict[str, TopicAssigner] = {}
 
-    def topic_assigner_for(tenant: str) -> TopicAssigner:
-        if tenant not in assigners:
-            assigners[tenant] = TopicAssigner(topic_model_dir(settings.data_dir, tenant),
-                                              text_embedder=runtime.text_embedder())
-        return assigners[tenant]
+    def llm(role: str) -> RoleChatGenerator:
+        # A role, not an endpoint: the exported YAML names no URL or key, and a loaded copy uses the same models.
+        return RoleChatGenerator(role, runtime.chat_generator(role))
 
     return ATRAGPipeline(
         ranked_retriever=runtime.retriever(top_k),
         record_retriever=RecordWindowRetriever(runtime.document_store, top_k=max_scoped_records),
-        topic_assigner_for=topic_assigner_for,
+        topic_assigners=TenantTopicAssigners(settings.data_dir, text_embedder=runtime.text_embedder()),
         time_resolver=TimeScopeResolver(runtime.document_store),
-        generator=CoTAnswerGenerator(runtime.chat_generator("generator"),
-                                     prompt_template=load_prompt("atrag_answer", prompts_dir),
+        generator=CoTAnswerGenerator(llm("generator"), prompt_template=load_prompt("atrag_answer", prompts_dir),
                                      max_tokens=max_tokens or settings.llm_max_tokens,
                                      max_documents=max_prompt_documents, max_document_chars=max_document_chars),
-        grader=AnswerGrader(runtime.chat_generator("grader"),
-                            grounded_template=load_prompt("atrag_grade_grounded", prompts_dir),
+        grader=AnswerGrader(llm("grader"), grounded_template=load_prompt("atrag_grade_grounded", prompts_dir),
                             useful_template=load_prompt("atrag_grade_useful", prompts_dir),
                             max_documents=max_prompt_documents, max_document_chars=max_document_chars),
-        rewriter=QueryRewriter(runtime.chat_generator("planner"),
-                               prompt_template=load_prompt("atrag_rewrite", prompts_dir)),
+        rewriter=QueryRewriter(llm("planner"), prompt_template=load_prompt("atrag_rewrite", prompts_dir)),
         top_k=top_k,
         max_iterations=max_iterations,
         min_topic_probability=min_topic_probability,

@@ -6,7 +6,8 @@ The contract between docqa and a strategy's graph:
   the YAML); other open sockets may take the strategy's runtime inputs by name (e.g. `as_of`).
 - access: a component that holds a document store must take those filters through an open `filters` socket,
   and no `filters` socket may be fed by another component (checked when the strategy is built).
-- outputs: exactly one pipeline output named `answer`; optional `cited_documents` (the citations) and
+- outputs: exactly one pipeline output named `answer`; optional `cited_documents` (the citations),
+  `citations` (ready-made `Citation`s that, when produced, replace those of `cited_documents`) and
   `stop_reason`. A run that produces no answer (e.g. a blocked graph, which Haystack returns as `{}`) is an error.
 - steps: one per component run, from docqa's Haystack tracer (`docqa.step_tracer`); the step kind is the
   strategy's mapping, else the component's `step_kind` attribute, else a guess from its class name.
@@ -39,6 +40,9 @@ QUESTION_SOCKETS = ("question", "query")
 FILTERS_SOCKET = "filters"
 ANSWER_OUTPUT = "answer"
 CITATIONS_OUTPUT = "cited_documents"
+# Optional: ready-made `docqa.result.Citation`s (e.g. one per record of a record table); when a run produces
+# them (not None) they replace the citations built from `cited_documents`.
+READY_CITATIONS_OUTPUT = "citations"
 STOP_REASON_OUTPUT = "stop_reason"
 
 _KIND_BY_SUFFIX = (
@@ -195,7 +199,8 @@ class HaystackStrategy:
             raise ConfigurationError(f"pipeline {self.name!r} has no open `question` or `query` input")
 
     def _plan_outputs(self) -> None:
-        found: dict[str, list[str]] = {ANSWER_OUTPUT: [], CITATIONS_OUTPUT: [], STOP_REASON_OUTPUT: []}
+        found: dict[str, list[str]] = {ANSWER_OUTPUT: [], CITATIONS_OUTPUT: [], READY_CITATIONS_OUTPUT: [],
+                                       STOP_REASON_OUTPUT: []}
         for component_name, sockets in self.pipeline.outputs().items():
             for socket in sockets:
                 if socket in found:
@@ -261,9 +266,11 @@ class HaystackStrategy:
             )
         answer = outputs[answer_of][ANSWER_OUTPUT]
         cited = outputs.get(self._outputs.get(CITATIONS_OUTPUT, ""), {}).get(CITATIONS_OUTPUT) or []
+        ready = outputs.get(self._outputs.get(READY_CITATIONS_OUTPUT, ""), {}).get(READY_CITATIONS_OUTPUT)
         stop_reason = outputs.get(self._outputs.get(STOP_REASON_OUTPUT, ""), {}).get(STOP_REASON_OUTPUT)
+        citations = list(ready) if isinstance(ready, list) else citations_from_documents(cited)
         return finish(self, question, answer if isinstance(answer, str) else str(answer),
-                      citations_from_documents(cited), recorder, stop_reason=stop_reason)
+                      citations, recorder, stop_reason=stop_reason or None)
 
     def dumps(self) -> str:
         """The strategy as Haystack YAML (`Pipeline.dumps()`)."""

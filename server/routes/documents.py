@@ -133,7 +133,7 @@ def upload_records(
     access: Annotated[list[str], Form(description="Who may read them: everyone, user:<id>, group:<name>")],
 ) -> RecordsWritten:
     from docqa.ingestion.records import read_fhir_bundle, write_patient_records
-    from docqa.pipelines.topic_admin import tenant_topic_assigner, topic_model_status
+    from docqa.topics import tenant_topic_assigner, topic_model_status
 
     principals = check_principals(access)
     # The same checks as queued bundles (`docqa.ingestion.record_bundles`): what fails an item there is a 422 here.

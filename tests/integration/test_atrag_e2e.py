@@ -15,9 +15,9 @@ from haystack.document_stores.types import DuplicatePolicy
 from docqa.access import AccessScope
 from docqa.pipelines import atrag
 from docqa.pipelines.registry import build_pipeline
-from docqa.pipelines.topic_admin import refit_topic_model
 from docqa.runtime import Runtime
 from docqa.settings import Settings
+from docqa.topics import refit_topic_model
 
 pytestmark = pytest.mark.integration
 

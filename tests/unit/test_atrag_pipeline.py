@@ -1,4 +1,4 @@
-"""The AT-RAG driver loop with a scripted model: grading, bounded rewrites, steps, time-scoped records."""
+"""The AT-RAG graph with a scripted model: grading, bounded rewrites, steps, time-scoped records."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from docqa.components.cot_answer_generator import CoTAnswerGenerator
 from docqa.components.query_rewriter import QueryRewriter
 from docqa.components.record_window_retriever import RecordWindowRetriever
 from docqa.components.time_scope_resolver import TimeScopeResolver
-from docqa.components.topic_assigner import TopicAssigner
+from docqa.components.topic_assigner import TenantTopicAssigners
 from docqa.ingestion.records import parse_fhir_bundle
 from docqa.ingestion.records.fhir import KEPT_RESOURCE_TYPES
 from docqa.pipelines.atrag import STOP_ACCEPTED, STOP_MAX_ITERATIONS, STOP_NO_NEW_QUERY, ATRAGPipeline
@@ -53,7 +53,7 @@ def _pipeline(tmp_path: Path, llm: ScriptedChatGenerator, documents: list[Docume
     pipeline = ATRAGPipeline(
         ranked_retriever=ranked,
         record_retriever=RecordWindowRetriever(store, top_k=500),
-        topic_assigner_for=lambda tenant: TopicAssigner(tmp_path / "topics" / tenant, text_embedder=HashTextEmbedder()),
+        topic_assigners=TenantTopicAssigners(tmp_path / "topics", text_embedder=HashTextEmbedder()),
         time_resolver=TimeScopeResolver(store),
         generator=CoTAnswerGenerator(llm),
         grader=AnswerGrader(llm),
@@ -64,6 +64,10 @@ def _pipeline(tmp_path: Path, llm: ScriptedChatGenerator, documents: list[Docume
     return pipeline, ranked
 
 
+def _step(result: Any, kind: str) -> Any:
+    return next(s for s in result.steps if s.kind == kind)
+
+
 class TestGradedLoop:
     def test_accepted_answer_stops_the_loop(self, tmp_path: Path) -> None:
         llm = ScriptedChatGenerator(rules=[(GROUNDED, "Yes"), (USEFUL, "Yes")],
@@ -71,10 +75,12 @@ class TestGradedLoop:
         pipeline, _ = _pipeline(tmp_path, llm)
         result = pipeline.run("What is the capital of France?", SCOPE)
         assert (result.answer, result.stop_reason) == ("Paris [1].", STOP_ACCEPTED)
-        assert [s.kind for s in result.steps] == ["time_scope", "retrieval", "reasoning", "grading"]
+        assert [s.kind for s in result.steps] == ["time_scope", "control", "routing", "retrieval", "reasoning",
+                                                  "grading", "control", "routing", "record_table"]
         assert [c.document_id for c in result.citations] == ["d1"]
-        assert result.steps[1].outputs["topic"]["mode"] == "no_topic_model"
-        assert result.steps[2].outputs["reasoning"] == "[1] says so."
+        assert _step(result, "retrieval").outputs["topic"]["mode"] == "no_topic_model"
+        assert _step(result, "reasoning").outputs["reasoning"] == "[1] says so."
+        assert result.steps[-1].outputs["answer_source"] == "model" and result.steps[-1].outputs["table"] is None
         assert result.totals.llm_calls == 3
 
     def test_failed_grades_rewrite_until_n_and_return_the_last_answer(self, tmp_path: Path) -> None:
@@ -109,7 +115,7 @@ class TestGradedLoop:
         llm = ScriptedChatGenerator(rules=[(GROUNDED, "Yes"), (USEFUL, "Yes")], default="Answer: x")
         pipeline, _ = _pipeline(tmp_path, llm)
         result = pipeline.run("What is the plan?", SCOPE)
-        retrieved = [d["id"] for d in result.steps[1].outputs["documents"]]
+        retrieved = [d["id"] for d in _step(result, "retrieval").outputs["documents"]]
         assert retrieved == ["d1"]
 
     def test_config_names_prompts_and_bounds(self, tmp_path: Path) -> None:
@@ -202,8 +208,7 @@ class TestBuilderAndRefit:
         assert pipeline.config()["max_iterations"] == 2 and pipeline.generator.max_documents == 3
 
     def test_refit_fits_a_new_version_and_retags_the_tenant(self, tmp_path: Path) -> None:
-        from docqa.pipelines.atrag import topic_model_dir
-        from docqa.pipelines.topic_admin import refit_topic_model
+        from docqa.topics import refit_topic_model, topic_model_dir
         from tests.support.hash_embedder import HashDocumentEmbedder
 
         runtime = self._runtime(tmp_path, ScriptedChatGenerator(default="x"))

@@ -18,8 +18,8 @@ from docqa.components.topic_filtered_retriever import (
     TopicFilteredRetriever,
     topic_keywords,
 )
-from docqa.components.topic_models import TopicModelStore, fit_bertopic
 from docqa.stores.filters import StoredRecord, compile_filters
+from docqa.topics import TopicModelStore, fit_bertopic
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder, hash_vector
 
 LAB_WORDS = "glucose cholesterol hemoglobin creatinine lab result blood panel serum"

@@ -82,7 +82,7 @@ FHIR_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "records" /
 
 
 def test_records_upload_reports_the_topic_model(tmp_path: Path) -> None:
-    from docqa.pipelines.topic_admin import refit_topic_model, topic_model_status
+    from docqa.topics import refit_topic_model, topic_model_status
 
     bundles = sorted(FHIR_DIR.glob("*.json"), key=lambda p: p.stat().st_size)
     if not bundles:

@@ -20,7 +20,7 @@ from docqa.components.record_query_resolver import RecordQueryResolver
 from docqa.components.record_table_builder import RecordTableBuilder, describe_table
 from docqa.components.record_window_retriever import RecordWindowRetriever
 from docqa.components.time_scope_resolver import TimeScopeResolver
-from docqa.components.topic_assigner import TopicAssigner
+from docqa.components.topic_assigner import TenantTopicAssigners
 from docqa.ingestion.records.clinical_record import numeric_observation
 from docqa.ingestion.records.reference_ranges import ReferenceRange, adult_range
 from docqa.pipelines.atrag import MODE_EXACT_RECORDS, ATRAGPipeline
@@ -360,7 +360,7 @@ def _pipeline(tmp_path: Path, store: EmbeddedDocumentStore, llm: ScriptedChatGen
               max_scoped_records: int = 500) -> ATRAGPipeline:
     return ATRAGPipeline(
         ranked_retriever=RecordWindowRetriever(store), record_retriever=RecordWindowRetriever(store, top_k=500),
-        topic_assigner_for=lambda tenant: TopicAssigner(tmp_path / "topics" / tenant, text_embedder=HashTextEmbedder()),
+        topic_assigners=TenantTopicAssigners(tmp_path / "topics", text_embedder=HashTextEmbedder()),
         time_resolver=TimeScopeResolver(store), generator=CoTAnswerGenerator(llm), grader=AnswerGrader(llm),
         rewriter=QueryRewriter(llm), top_k=5, max_iterations=2, min_topic_probability=0.5,
         max_scoped_records=max_scoped_records, max_question_chars=2000,

@@ -32,8 +32,12 @@ def test_atrag_receives_as_of_and_patient_through_query(server):
         "question": "Which lab results were abnormal in the last year?", "pipeline": "atrag",
         "as_of": AS_OF, "patient_id": "patient-7"})
     assert response.status_code == 200, response.text
-    assert time_scope_inputs(response.json()) == {
+    inputs = time_scope_inputs(response.json())
+    # The resolver also records the access filters its lookups run under: the caller's tenant, never the request's.
+    filters = inputs.pop("filters")
+    assert inputs == {
         "question": "Which lab results were abnormal in the last year?", "as_of": AS_OF, "patient_id": "patient-7"}
+    assert filters["conditions"][0] == {"field": "meta.tenant", "operator": "==", "value": "acme"}
 
 
 def test_atrag_receives_as_of_through_chat_completions(server):

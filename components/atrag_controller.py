@@ -1,0 +1,132 @@
+"""AT-RAG's loop state and the one component that decides what the loop does next."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from docqa.components.record_query_resolver import RecordQuery
+from docqa.components.time_scope_resolver import TimeScope, scope_filters
+
+STOP_ACCEPTED = "answer_accepted"
+STOP_MAX_ITERATIONS = "max_iterations"
+STOP_NO_NEW_QUERY = "no_new_query"
+# How a round retrieves: exactly the records the question names, every record of a time window, or ranked.
+MODE_EXACT = "exact_records"
+MODE_WINDOW = "record_window"
+MODE_RANKED = "ranked"
+
+
+@dataclass(frozen=True)
+class ATRAGRound:
+    """What AT-RAG's loop carries from one retrieval to the next, and, once it stops, the draft result.
+
+    `filters` are the question's own (patient, window, record types), always AND'ed with docqa's access filters.
+    """
+
+    queries: list[str]
+    mode: str
+    filters: dict[str, Any] | None = None
+    record_query: dict[str, Any] = field(default_factory=dict)
+    scope: dict[str, Any] = field(default_factory=dict)
+    table: dict[str, Any] | None = None
+    answer: str = ""
+    cited_documents: list[Document] = field(default_factory=list)
+    stop_reason: str | None = None
+
+    def replace(self, **changes: Any) -> ATRAGRound:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        # Documents as ids: the step trail summarises them elsewhere, and a round is shown in several steps.
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "cited_documents"},
+                "cited_document_ids": [d.id for d in self.cited_documents]}
+
+
+def plan_round(question: str, scope: TimeScope, record_query: RecordQuery,
+               record_filters: dict[str, Any] | None) -> ATRAGRound:
+    """The first round: how to retrieve for a resolved question."""
+    # Exact when the question names what it asks for and whose or when: then metadata alone decides.
+    exact = record_query.exact and (scope.patient_id is not None or scope.kind != "none")
+    if exact:
+        mode, filters = MODE_EXACT, record_filters
+    elif scope.kind != "none":
+        mode, filters = MODE_WINDOW, record_filters
+    else:
+        # Unscoped questions keep ranked retrieval, narrowed only to the patient when one is known.
+        mode, filters = MODE_RANKED, scope_filters(scope)
+    return ATRAGRound(queries=[question], mode=mode, filters=filters, record_query=record_query.to_dict(),
+                      scope=scope.to_dict())
+
+
+@component
+class ATRAGController:
+    """
+    AT-RAG's decisions, in one place inside the graph. It runs once when the question is resolved and once after
+    each grade:
+
+    - resolved (`scope`, `record_query`, `record_filters`): emits the first round as `state` (how to retrieve: exact
+      records, a whole time window, or ranked; see `plan_round`);
+    - graded (`state`, `answer`, `cited_documents`, `passed`, `feedback`): an accepted answer, or the last
+      allowed round, goes to `final` (stop reason `answer_accepted` / `max_iterations`); otherwise it asks the
+      rewriter for a new query (`previous_queries`, `rewrite_feedback`) and hands the draft to the router as
+      `pending`, which becomes the result (`no_new_query`) when the rewriter has nothing new.
+
+    Usage example:
+    ```python
+    controller = ATRAGController(max_iterations=3)
+    controller.run(question="Labs since 2019?", scope=scope, record_query=query, record_filters=filters)["state"]
+    controller.run(question="...", state=r, answer="...", cited_documents=[], passed=False, feedback="...")
+    ```
+    """
+
+    step_kind = "control"
+
+    def __init__(self, max_iterations: int = 3) -> None:
+        """
+        :param max_iterations: Rounds of retrieve, answer and grade at most.
+        """
+        if max_iterations < 1:
+            raise ValueError("max_iterations must be at least 1")
+        self.max_iterations = max_iterations
+
+    @component.output_types(state=ATRAGRound, final=ATRAGRound, pending=ATRAGRound, previous_queries=list[str],
+                            rewrite_feedback=str)
+    def run(self, question: str, scope: TimeScope | None = None, record_query: RecordQuery | None = None,
+            record_filters: dict | None = None, state: ATRAGRound | None = None,
+            answer: str | None = None, cited_documents: list[Document] | None = None, passed: bool | None = None,
+            feedback: str | None = None) -> dict[str, Any]:
+        """
+        :param question: The user's question (the first query).
+        :param scope: The resolved time scope (once, from the resolver).
+        :param record_query: What the question asks for (once, from the resolver).
+        :param record_filters: The resolver's filters for it.
+        :param state: The round just retrieved (from the retriever).
+        :param answer: The round's answer.
+        :param cited_documents: The documents it cites.
+        :param passed: Whether the answer passed the grade.
+        :param feedback: Why it failed.
+        :returns: `state` (the first round), `final` (a result), or `previous_queries`, `rewrite_feedback`
+            and `pending`.
+        """
+        if state is None:
+            if scope is None or record_query is None:
+                raise ValueError("the controller needs the resolved scope and record query, or a graded round")
+            return {"state": plan_round(question, scope, record_query, record_filters)}
+        draft = state.replace(answer=answer or "", cited_documents=list(cited_documents or []))
+        if passed:
+            return {"final": draft.replace(stop_reason=STOP_ACCEPTED)}
+        if len(state.queries) >= self.max_iterations:
+            return {"final": draft.replace(stop_reason=STOP_MAX_ITERATIONS)}
+        return {"previous_queries": list(state.queries), "rewrite_feedback": feedback or "",
+                "pending": draft.replace(stop_reason=STOP_NO_NEW_QUERY)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, max_iterations=self.max_iterations)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ATRAGController:
+        return default_from_dict(cls, data)
