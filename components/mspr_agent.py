@@ -8,11 +8,20 @@ from haystack import component, default_from_dict, default_to_dict
 from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_chatgenerator_inplace
 
-from docqa.components.mspr_state import ACTION_ANSWER, ACTIONS, AgentDecision, MSPRState
+from docqa.components.mspr_state import ACTION_ANSWER, ACTION_SEARCH_SECONDARY, ACTIONS, AgentDecision, MSPRState
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.llm.calls import ChatGenerator, generate_json
 
 _MAX_FIELD_CHARS = 500
+
+
+def _input_hint(actions: tuple[str, ...]) -> str:
+    hints = []
+    if any(a != ACTION_ANSWER for a in actions):
+        hints.append("the search query for a search")
+    if ACTION_ANSWER in actions:
+        hints.append("the final answer for answer")
+    return ", ".join(hints)
 
 
 def action_schema(actions: tuple[str, ...]) -> dict[str, Any]:
@@ -51,7 +60,8 @@ class MSPRAgent:
     """
     Writes the next step of an MSPR run: a thought, an action (`search_primary`, `search_secondary`, `answer`)
     and its input (a search query or the final answer), from the question, the previous steps and the
-    refined observations. The output is schema-constrained JSON; anything unusable becomes a decision marked
+    refined observations. The first step must search (nothing to answer from yet). The output is
+    schema-constrained JSON; anything unusable becomes a decision marked
     `malformed` (the controller retries, then stops), never an exception. When the state asks for an answer
     (`phase == "answer_now"`: the step budget is spent) only `answer` is offered.
 
@@ -70,7 +80,7 @@ class MSPRAgent:
         """
         :param chat_generator: Any Haystack chat generator (the `reasoner` role in docqa).
         :param prompt_template: Jinja2 template (`question`, `actions`, `primary`, `secondary`, `previous`,
-            `context`, `feedback`); the packaged `mspr_agent` by default.
+            `context`, `feedback`, `input_hint`); the packaged `mspr_agent` by default.
         :param max_tokens: Token cap of one step's JSON.
         :param max_document_chars: Each passage of the newest observation is cut to this many characters.
         """
@@ -89,14 +99,17 @@ class MSPRAgent:
         """
         forced = state.phase == "answer_now"
         actions = (ACTION_ANSWER,) if forced else ACTIONS
+        if not forced and not state.observations:
+            # Nothing searched yet: an answer now would be the no-retrieval baseline (small models love to).
+            actions = tuple(a for a in actions if a != ACTION_ANSWER)
         if len(set(state.sources)) == 1 and not forced:
             # One source: "secondary" would search the same one again under another name.
-            actions = tuple(a for a in actions if a != "search_secondary")
+            actions = tuple(a for a in actions if a != ACTION_SEARCH_SECONDARY)
         feedback = state.review_reason if state.review_passed is False else ""
         prompt = render_prompt(
             self.prompt_template, question=state.question, actions=actions, primary=state.primary_source,
             secondary=state.secondary_source, previous=[d for d in state.decisions if not d.malformed],
-            context=state.context(self.max_document_chars), feedback=feedback,
+            context=state.context(self.max_document_chars), feedback=feedback, input_hint=_input_hint(actions),
         )
         data = generate_json(self.chat_generator, prompt, action_schema(actions), name="mspr_step",
                              max_tokens=self.max_tokens, purpose="mspr_step")

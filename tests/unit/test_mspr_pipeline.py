@@ -161,33 +161,45 @@ class TestCorrectiveAnswerReview:
     def test_a_failed_review_retrieves_from_the_secondary_with_the_original_question(self, settings):
         question = "What was the hotel limit in 2019?"
         llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("answer", "180 euros"), step("answer", "150 euros")]),
-            (REVIEW, "No"),
+            (AGENT, [step("search_primary", "hotel costs"), step("answer", "180 euros"), step("answer", "150 euros")]),
+            (PREFER, "Yes"), (REVIEW, "No"),
         ], default="Short summary.")
         result = _run(settings, llm, question=question)
 
-        assert _retrievals(result) == [(ARCHIVE, question)]
+        assert _retrievals(result) == [(MAIN, "hotel costs"), (ARCHIVE, question)]
+        assert _steps(result, "retriever")[1].inputs["query"] == question
         assert len(_calls(llm, REVIEW)) == 1  # SRT = 1: the second answer cannot buy another retrieval
         assert result.answer == "150 euros" and result.stop_reason == STOP_ANSWERED_AFTER_REVIEW
         assert _steps(result, "reviewer")[0].outputs["review"]["passed"] is False
         # The agent continues with the supplementary passages and the review's feedback in its prompt.
-        assert "150 euros" in _calls(llm, AGENT)[1]["prompt"] and "review" in _calls(llm, AGENT)[1]["prompt"]
+        last_prompt = _calls(llm, AGENT)[-1]["prompt"]
+        assert "150 euros" in last_prompt and "review of your last answer" in last_prompt
 
     def test_srt_bounds_the_supplementary_retrievals(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, step("answer", "no idea")), (REVIEW, "No")],
-                                    default="Short summary.")
+        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_secondary", "hotel"), step("answer", "no idea")]),
+                                           (REVIEW, "No")], default="Short summary.")
         result = _run(settings, llm, max_reviews=2)
         assert len(_calls(llm, REVIEW)) == 2
-        assert len(_retrievals(result)) == 2
-        assert all(query == "What is the hotel limit?" for _, query in _retrievals(result))
-        assert len(_calls(llm, AGENT)) == 3
+        supplementary = _retrievals(result)[1:]
+        assert supplementary == [(ARCHIVE, "What is the hotel limit?")] * 2
+        assert len(_calls(llm, AGENT)) == 4
         assert result.stop_reason == STOP_ANSWERED_AFTER_REVIEW
 
     def test_without_reviews_the_first_answer_is_final(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, step("answer", "180 euros"))])
+        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_secondary", "hotel"), step("answer", "180 euros")])],
+                                    default="Short summary.")
         result = _run(settings, llm, max_reviews=0)
-        assert result.stop_reason == STOP_ANSWERED and len(llm.calls) == 1
-        assert result.citations == []  # nothing was retrieved
+        assert result.stop_reason == STOP_ANSWERED and len(_calls(llm, AGENT)) == 2
+        assert _calls(llm, REVIEW) == []
+
+    def test_the_first_step_must_search(self, settings):
+        llm = ScriptedChatGenerator(rules=[(AGENT, [step("answer", "from memory"), step("search_primary", "hotel"),
+                                                    step("answer", "180 euros")]), (PREFER, "Yes")],
+                                    default="Short summary.")
+        result = _run(settings, llm, max_reviews=0)
+        first = _steps(result, "agent")[0].outputs["decision"]
+        assert first["offered_actions"] == ["search_primary", "search_secondary"] and first["malformed"] is True
+        assert result.answer == "180 euros" and len(_retrievals(result)) == 1
 
 
 class TestBounds:
@@ -213,7 +225,9 @@ class TestBounds:
         assert [s.outputs["decision"]["malformed"] for s in _steps(result, "agent")] == [True, True]
 
     def test_one_malformed_step_is_recovered_by_the_retry(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", ""), step("answer", "180 euros")])])
+        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", ""), step("search_primary", "hotel"),
+                                                    step("answer", "180 euros")]), (PREFER, "Yes")],
+                                    default="Short summary.")
         result = _run(settings, llm, max_reviews=0)
         assert result.answer == "180 euros" and result.stop_reason == STOP_ANSWERED
 
