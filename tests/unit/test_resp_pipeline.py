@@ -12,6 +12,7 @@ from docqa.access import AccessScope, restrict
 from docqa.errors import InvalidQuestionError
 from docqa.pipelines import resp
 from docqa.pipelines.registry import available_pipelines
+from docqa.run_control import LLMBudgetExceededError, RunControl, RunStopped
 from tests.support.resp_fakes import (
     GENERATE,
     GLOBAL,
@@ -290,6 +291,37 @@ def test_global_and_local_summaries_of_one_iteration_run_concurrently() -> None:
     assert llm.waited == 2
     assert not llm.barrier.broken
     assert [len(s.outputs["llm_calls"]) for s in steps_of(result, "summary")] == [1, 2]
+
+
+class TestRunBounds:
+    QUESTION = "Where was the director of Glass Harbor born?"
+
+    def setup_method(self) -> None:
+        self.retriever = KeywordRetriever([
+            doc("gh", "Glass Harbor is a film by the director Omar Vance.", "Glass Harbor"),
+            doc("ov", "Omar Vance was born in Lisbon in 1950.", "Omar Vance"),
+        ])
+
+    def test_the_llm_budget_stops_the_graph_with_its_own_error(self) -> None:
+        llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, "Where was Omar Vance born?")], default="x [DONE]")
+        run = RunControl(max_llm_calls=2, max_completion_tokens=2048, max_prompt_chars=100_000)
+        with run.active(), pytest.raises(LLMBudgetExceededError):
+            build(llm, self.retriever).run(self.QUESTION, SCOPE)
+        assert len(llm.calls) == 2  # summary and judgement; the plan was refused before reaching the model
+        assert len(self.retriever.calls) == 1
+
+    def test_a_stopped_run_starts_no_further_step(self) -> None:
+        run = RunControl(max_llm_calls=64, max_completion_tokens=2048, max_prompt_chars=100_000)
+
+        def judge_then_cancel(_prompt: str) -> str:
+            run.stop("cancelled")
+            return "No"
+
+        llm = ScriptedChatGenerator(rules=[(JUDGE, judge_then_cancel), (PLAN, "Where was Omar Vance born?")],
+                                    default="x [DONE]")
+        with run.active(), pytest.raises(RunStopped):
+            build(llm, self.retriever).run(self.QUESTION, SCOPE)
+        assert len(llm.calls) == 2 and len(self.retriever.calls) == 1
 
 
 def test_invalid_question_is_rejected_before_any_call() -> None:
