@@ -19,6 +19,7 @@ import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+_CITATION_MARKERS = re.compile(r"\s*\[\d+(?:\s*[,;-]\s*\d+)*\]")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
 # HotpotQA scores these only by exact match: partial overlap with them means nothing.
@@ -29,6 +30,11 @@ def normalize_answer(text: str) -> str:
     """Lower case, punctuation and articles removed, whitespace collapsed (the official evaluation scripts)."""
     text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
     return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def strip_citation_markers(text: str) -> str:
+    """An answer without its `[1]`, `[2, 3]` source markers, which are not part of what it says."""
+    return _CITATION_MARKERS.sub("", text).strip()
 
 
 def exact_match(prediction: str, gold: str) -> float:

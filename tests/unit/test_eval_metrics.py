@@ -12,6 +12,7 @@ from docqa.evaluation.metrics import (
     rouge_l,
     set_precision_recall,
     short_answer_recall,
+    strip_citation_markers,
     token_f1,
 )
 from docqa_eval import qa_metrics
@@ -93,3 +94,12 @@ def test_record_set_precision_recall():
     assert set_precision_recall([], []) == (1.0, 1.0)
     assert set_precision_recall([], ["r1"]) == (0.0, 0.0)
     assert set_precision_recall(["r1"], []) == (0.0, 1.0)
+
+
+@pytest.mark.parametrize(("answer", "said"), [
+    ("180 euros [1].", "180 euros."),
+    ("Jane Roe [1][2] in 1901 [3, 4].", "Jane Roe in 1901."),
+    ("See [note] and [a1].", "See [note] and [a1]."),  # only numeric source markers go
+])
+def test_citation_markers_are_not_part_of_the_answer(answer, said):
+    assert strip_citation_markers(answer) == said

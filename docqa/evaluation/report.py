@@ -1,0 +1,219 @@
+"""Summaries and reports of an evaluation run: summary.csv, report.md, PNG plots and a self-contained report.html.
+
+A failed answer scores 0 on EM, F1 and ROUGE-L (it gave the user nothing) and is left out of the other scores and
+the cost figures (it may have stopped early); the `errors` column counts them.
+
+Usage:
+    rows = summarize(read_results(out / "results.jsonl"))
+    write_reports(out, rows, records)  # summary.csv, report.md, *.png, report.html
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import json
+import math
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from docqa.evaluation.runner import RUN_FILE, EvalRecord
+
+# summary.csv's columns, in order: the task's headline scores first, then the optional scores, then cost.
+SUMMARY_COLUMNS = (
+    "pipeline", "n", "em", "f1", "rouge_l", "short_answer_recall", "support_recall", "record_precision",
+    "record_recall", "llm_calls", "prompt_tokens", "completion_tokens", "iterations", "words_retrieved",
+    "words_to_generator", "compression", "wall_p50_s", "wall_p95_s", "errors", "stop_reasons",
+)
+ANSWER_METRICS = ("em", "f1", "rouge_l")
+SCORE_METRICS = ("em", "f1", "rouge_l", "short_answer_recall", "support_recall", "record_precision", "record_recall")
+COST_METRICS = ("llm_calls", "prompt_tokens", "completion_tokens", "iterations", "words_retrieved",
+                "words_to_generator")
+PLOTS = ("scores.png", "cost.png", "wall_time.png")
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summarize(records: Sequence[EvalRecord]) -> list[dict[str, Any]]:
+    """One row per strategy, in the order they first appear."""
+    rows = []
+    for name in dict.fromkeys(r.pipeline for r in records):
+        mine = [r for r in records if r.pipeline == name]
+        ok = [r for r in mine if r.error is None]
+        row: dict[str, Any] = {"pipeline": name, "n": len(mine), "errors": len(mine) - len(ok)}
+        for metric in ANSWER_METRICS:
+            row[metric] = _mean([getattr(r, metric) if r.error is None else 0.0 for r in mine])
+        for metric in SCORE_METRICS[len(ANSWER_METRICS):]:
+            # Scores a dataset does not define (no supporting ids, no record sets) stay empty, never 0.
+            row[metric] = _mean([getattr(r, metric) for r in ok if getattr(r, metric) is not None])
+        for metric in COST_METRICS:
+            row[metric] = _mean([getattr(r, metric) for r in ok])
+        given = sum(r.words_to_generator for r in ok)
+        row["compression"] = sum(r.words_retrieved for r in ok) / given if given else None
+        walls = [r.wall_s for r in ok]
+        row["wall_p50_s"], row["wall_p95_s"] = percentile(walls, 50), percentile(walls, 95)
+        row["stop_reasons"] = dict(sorted(Counter(r.stop_reason or "-" for r in ok).items()))
+        rows.append(row)
+    return rows
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def write_summary_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(SUMMARY_COLUMNS)
+        for row in rows:
+            writer.writerow([_cell(row.get(c)) for c in SUMMARY_COLUMNS])
+
+
+def _display(column: str, value: Any) -> str:
+    if value is None:
+        return "–"
+    if column in SCORE_METRICS:
+        return f"{value * 100:.1f}"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return _cell(value)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    header = "| " + " | ".join(SUMMARY_COLUMNS) + " |"
+    lines = [header, "|" + "---|" * len(SUMMARY_COLUMNS)]
+    lines += ["| " + " | ".join(_display(c, row.get(c)) for c in SUMMARY_COLUMNS) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _run_info(out_dir: Path) -> dict[str, Any]:
+    path = out_dir / RUN_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _worst(records: Sequence[EvalRecord], limit: int = 10) -> list[EvalRecord]:
+    """The lowest-F1 answers, the first place to look (each with its trace id)."""
+    return sorted(records, key=lambda r: (r.error is None, r.f1))[:limit]
+
+
+def write_report_md(path: Path, rows: Sequence[dict[str, Any]], records: Sequence[EvalRecord],
+                    info: dict[str, Any]) -> None:
+    lines = ["# docqa evaluation", "",
+             f"Strategies {', '.join(r['pipeline'] for r in rows)} on {info.get('questions', '?')} questions as "
+             f"tenant `{info.get('tenant', '?')}`, principals {info.get('principals', [])}; "
+             f"models {info.get('models', {})}.", "",
+             "Scores in percent; failed answers score 0; cost columns are means per answered question.", "",
+             markdown_table(rows), "", "## Lowest-scoring answers", "",
+             "| pipeline | question | prediction | gold | F1 | trace |", "|---|---|---|---|---|---|"]
+    for r in _worst(records):
+        answer = (r.error or r.prediction).replace("|", "/").replace("\n", " ")[:120]
+        gold = " / ".join(r.answers)[:80].replace("|", "/")
+        lines.append(f"| {r.pipeline} | {r.question[:100].replace('|', '/')} | {answer} | {gold} | "
+                     f"{r.f1 * 100:.0f} | {r.trace_id or '–'} |")
+    lines += ["", *[f"![{name}]({name})" for name in PLOTS], ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def write_plots(out_dir: Path, rows: Sequence[dict[str, Any]], records: Sequence[EvalRecord]) -> list[Path]:
+    """Bar charts of the scores and costs and a box plot of wall time, one PNG each."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and CI
+    import matplotlib.pyplot as plt
+
+    names = [r["pipeline"] for r in rows]
+    paths = []
+
+    def bars(filename: str, metrics: Sequence[str], title: str, scale: float) -> None:
+        shown = [m for m in metrics if any(r.get(m) is not None for r in rows)]
+        fig, ax = plt.subplots(figsize=(7, 3.6), dpi=100)
+        width = 0.8 / max(len(names), 1)
+        for i, row in enumerate(rows):
+            xs = [j + i * width for j in range(len(shown))]
+            ax.bar(xs, [(row.get(m) or 0.0) * scale for m in shown], width, label=row["pipeline"])
+        ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(shown))], shown)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out_dir / filename)
+        plt.close(fig)
+        paths.append(out_dir / filename)
+
+    bars("scores.png", SCORE_METRICS, "Scores (%)", 100.0)
+    bars("cost.png", ("llm_calls", "iterations"), "Cost per question", 1.0)
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=100)
+    ax.boxplot([[r.wall_s for r in records if r.pipeline == n and r.error is None] or [0.0] for n in names])
+    ax.set_xticks(range(1, len(names) + 1), names)
+    ax.set_title("Wall time per question (s)")
+    fig.tight_layout()
+    fig.savefig(out_dir / "wall_time.png")
+    plt.close(fig)
+    paths.append(out_dir / "wall_time.png")
+    return paths
+
+
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
+th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}
+img{max-width:100%;display:block;margin:1em 0}code{font-size:90%}"""
+
+
+def write_report_html(path: Path, rows: Sequence[dict[str, Any]], records: Sequence[EvalRecord],
+                      info: dict[str, Any], plots: Sequence[Path]) -> None:
+    """One file a browser opens offline: styles inline and plots as data: URIs, nothing fetched from elsewhere."""
+    esc = html.escape
+    head = "".join(f"<th>{esc(c)}</th>" for c in SUMMARY_COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{esc(_display(c, row.get(c)))}</td>" for c in SUMMARY_COLUMNS) + "</tr>"
+                   for row in rows)
+    worst = "".join(
+        f"<tr><td>{esc(r.pipeline)}</td><td>{esc(r.question[:160])}</td><td>{esc((r.error or r.prediction)[:200])}"
+        f"</td><td>{esc(' / '.join(r.answers)[:100])}</td><td>{r.f1 * 100:.0f}</td>"
+        f"<td><code>{esc(r.trace_id or '–')}</code></td></tr>" for r in _worst(records))
+    images = "".join(
+        f'<img alt="{esc(p.stem)}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+        for p in plots)
+    document = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>docqa evaluation</title><style>{_STYLE}</style></head>
+<body><h1>docqa evaluation</h1>
+<p>{esc(str(info.get('questions', '?')))} questions as tenant <code>{esc(str(info.get('tenant', '?')))}</code>,
+principals {esc(str(info.get('principals', [])))}; models {esc(str(info.get('models', {})))}.
+Scores in percent; failed answers score 0.</p>
+<table id="summary"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+<h2>Plots</h2>{images}
+<h2>Lowest-scoring answers</h2>
+<table id="worst"><thead><tr><th>pipeline</th><th>question</th><th>answer</th><th>gold</th><th>F1</th><th>trace</th>
+</tr></thead><tbody>{worst}</tbody></table>
+</body></html>
+"""
+    path.write_text(document, encoding="utf-8")
+
+
+def write_reports(out_dir: Path, records: Sequence[EvalRecord]) -> list[dict[str, Any]]:
+    """Every report of a run from its records; returns the summary rows."""
+    rows = summarize(records)
+    info = _run_info(out_dir)
+    write_summary_csv(out_dir / "summary.csv", rows)
+    write_report_md(out_dir / "report.md", rows, records, info)
+    plots = write_plots(out_dir, rows, records) if rows else []
+    write_report_html(out_dir / "report.html", rows, records, info, plots)
+    return rows

@@ -1,0 +1,249 @@
+"""Run evaluation questions through registered strategies, one audited answer per (question, strategy).
+
+Every answer goes through the same path as `docqa ask`: the strategy is built by the registry (options checked
+by its options model), the question runs as the given `AccessScope` (so it only sees what those principals may
+read) under the settings' run budget, and the audit recorder commits a normal trace whose `asked_by` is
+`eval:<label>`, which is how the trace view tells evaluation traffic apart. Results are appended to
+`results.jsonl` one line per (question, strategy) as soon as each finishes, so an interrupted run resumes
+where it stopped.
+
+Usage:
+    records = run_evaluation(runtime, questions, ["standard", "resp"], Path("out"),
+                             scope=AccessScope("acme", frozenset({"alice"})), resume=True)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from docqa.access import AccessScope
+from docqa.errors import DocqaError, LLMUnavailableError
+from docqa.evaluation.datasets import EvalQuestion
+from docqa.evaluation.metrics import (
+    best_scores,
+    recall_at_k,
+    rouge_l,
+    set_precision_recall,
+    short_answer_recall,
+    strip_citation_markers,
+)
+
+logger = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.jsonl"
+RUN_FILE = "run.json"
+
+
+@dataclass
+class EvalRecord:
+    """One question answered by one strategy: the answer, its scores, its cost and its trace."""
+
+    pipeline: str
+    question_id: str
+    question: str
+    answers: list[str]
+    prediction: str = ""
+    answer_source: str = "model"
+    em: float = 0.0
+    f1: float = 0.0
+    rouge_l: float = 0.0
+    short_answer_recall: float | None = None
+    support_recall: float | None = None
+    record_precision: float | None = None
+    record_recall: float | None = None
+    iterations: int = 0
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    words_retrieved: int = 0
+    words_to_generator: int = 0
+    retrieved_ids: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    stop_reason: str | None = None
+    error: str | None = None
+    trace_id: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> EvalRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+class WordCounter:
+    """Words of stored documents by id, fetched once each (steps keep only snippets)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.words: dict[str, int] = {}
+
+    def __call__(self, ids: Sequence[str]) -> int:
+        missing = sorted({i for i in ids if i not in self.words})
+        if missing:
+            for doc in self.store.filter_documents({"field": "id", "operator": "in", "value": missing}):
+                self.words[doc.id] = len((doc.content or "").split())
+        return sum(self.words.get(i, 0) for i in ids)
+
+
+def score(record: EvalRecord, result: Any, question: EvalQuestion, words_of: WordCounter | None,
+          recall_k: int | None = None) -> None:
+    """Fill a record's answer, scores and cost from a PipelineResult, whatever the strategy."""
+    retrievals = [s for s in result.steps if s.kind == "retrieval"]
+    retrieved = [d["id"] for s in retrievals for d in s.outputs.get("documents", []) if isinstance(d, dict)]
+    generations = [s for s in result.steps if s.kind == "generation"]
+    calls = generations[-1].outputs.get("llm_calls", []) if generations else []
+    prompt = calls[-1].get("prompt", "") if calls and isinstance(calls[-1], dict) else ""
+    record.prediction = result.answer or ""
+    record.answer_source = getattr(result, "answer_source", "model")
+    # Scored without its source markers: "[1]" would otherwise cost every cited answer its exact match.
+    said = strip_citation_markers(record.prediction)
+    record.em, record.f1 = best_scores(said, question.answers)
+    record.rouge_l = rouge_l(said, question.answers)
+    record.short_answer_recall = short_answer_recall(said, question.short_answers)
+    record.support_recall = recall_at_k(retrieved, question.supporting_ids, recall_k)
+    if question.record_ids is not None:
+        returned = [c.document_id for c in result.citations]
+        record.record_precision, record.record_recall = set_precision_recall(returned, question.record_ids)
+    record.iterations = len(retrievals)
+    record.llm_calls = result.totals.llm_calls
+    record.prompt_tokens = result.totals.prompt_tokens
+    record.completion_tokens = result.totals.completion_tokens
+    record.retrieved_ids = list(dict.fromkeys(retrieved))
+    record.words_retrieved = words_of(retrieved) if words_of is not None else 0
+    record.words_to_generator = len(prompt.split())
+    record.stop_reason = result.stop_reason
+    record.trace_id = result.trace_id
+
+
+def read_results(path: Path) -> list[EvalRecord]:
+    """Records of a results file; a torn last line (the run was killed mid-write) is ignored."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(EvalRecord.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, TypeError):
+            continue
+    return records
+
+
+def _drop_torn_tail(path: Path) -> None:
+    # A run killed mid-write leaves a line without its newline; appending after it would glue two records.
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+
+def run_evaluation(
+    runtime: Any,
+    questions: Sequence[EvalQuestion],
+    pipelines: Sequence[str],
+    out_dir: Path,
+    *,
+    scope: AccessScope,
+    label: str | None = None,
+    options: dict[str, Any] | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    recall_k: int | None = None,
+) -> list[EvalRecord]:
+    """Answer every question with every strategy (strategies take turns per question) and append the records.
+
+    :param options: builder options given to every strategy that accepts them (e.g. `top_k`).
+    :param resume: keep `results.jsonl` and skip the (question, strategy) pairs it already holds; without it an
+        existing non-empty results file is an error rather than silently mixed with a new run.
+    :param recall_k: supporting-passage recall over the first k distinct retrieved passages (None: all).
+    :returns: every record of the run, earlier ones included.
+    """
+    from tqdm import tqdm
+
+    from docqa.audit.recorder import answer_with_audit
+    from docqa.pipelines.base import validate_question
+    from docqa.pipelines.registry import build_pipeline, check_inputs, pipeline_spec
+    from docqa.pipelines.yaml_strategies import load_pipelines_dir
+    from docqa.run_control import RunControl
+    from docqa.step_tracer import enable_step_tracing
+
+    settings = runtime.settings
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / RESULTS_FILE
+    if path.is_file() and path.stat().st_size and not resume:
+        raise DocqaError(f"{path} already holds results: pass --resume to continue that run, or another --out")
+    if path.is_file():
+        _drop_torn_tail(path)
+    records = read_results(path)
+    done = {(r.question_id, r.pipeline) for r in records}
+
+    enable_step_tracing(settings)
+    load_pipelines_dir(settings)
+    built = {}
+    for name in pipelines:
+        accepted = _accepted_options(pipeline_spec(name), options or {})
+        built[name] = build_pipeline(name, runtime, **accepted)
+    asked_by = f"eval:{label or out_dir.name}"
+    _write_run_file(out_dir, runtime, pipelines, scope, asked_by, len(questions))
+    words_of = WordCounter(runtime.document_store) if _has_retrieval(pipelines) else None
+
+    todo = [(q, name) for q in questions for name in pipelines if (q.id, name) not in done]
+    bar = tqdm(total=len(questions) * len(pipelines), initial=len(questions) * len(pipelines) - len(todo),
+               desc="eval", unit="answer", disable=not progress)
+    try:
+        with path.open("a", encoding="utf-8") as output:
+            for question, name in todo:
+                record = EvalRecord(name, question.id, question.question, list(question.answers))
+                started = time.perf_counter()
+                try:
+                    text = validate_question(question.question, settings.max_question_chars)
+                    run_options = check_inputs(name, _inputs_for(name, question.run_inputs))
+                    result = answer_with_audit(built[name], text, scope, asked_by=asked_by, settings=settings,
+                                               run_options=run_options, control=RunControl.from_settings(settings))
+                except LLMUnavailableError:
+                    # Every later question would fail the same way: stop, and resume once the endpoint is back.
+                    raise
+                except Exception as exc:  # one bad answer is a data point, not the end of the run
+                    record.error = f"{type(exc).__name__}: {exc}"
+                    logger.info("eval %s/%s failed: %s", name, question.id, record.error)
+                else:
+                    score(record, result, question, words_of, recall_k)
+                record.wall_s = round(time.perf_counter() - started, 3)
+                output.write(json.dumps(asdict(record), ensure_ascii=False) + "\n")
+                output.flush()
+                records.append(record)
+                bar.update(1)
+                bar.set_postfix_str(f"{name} f1={record.f1:.2f}")
+    finally:
+        bar.close()
+    return records
+
+
+def _accepted_options(spec: Any, options: dict[str, Any]) -> dict[str, Any]:
+    # Options models reject options a strategy does not take; shared ones go only where they apply.
+    model_fields = getattr(spec.options, "model_fields", {})
+    return {k: v for k, v in options.items() if k in model_fields}
+
+
+def _inputs_for(name: str, inputs: dict[str, Any]) -> dict[str, Any] | None:
+    from docqa.pipelines.registry import pipeline_spec
+
+    taken = getattr(pipeline_spec(name).inputs, "model_fields", {})
+    return {k: v for k, v in inputs.items() if k in taken} or None
+
+
+def _has_retrieval(pipelines: Sequence[str]) -> bool:
+    return any(name != "no_retrieval" for name in pipelines)
+
+
+def _write_run_file(out_dir: Path, runtime: Any, pipelines: Sequence[str], scope: AccessScope, asked_by: str,
+                    questions: int) -> None:
+    info = {
+        "pipelines": list(pipelines), "tenant": scope.tenant, "principals": sorted(scope.principals),
+        "asked_by": asked_by, "questions": questions, "models": runtime.models_by_role(),
+        "top_k": runtime.settings.top_k,
+    }
+    (out_dir / RUN_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
