@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
+from haystack.core.serialization import import_class_by_name
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from docqa.components.clinical_terms import observation_terms, synonym_codes
@@ -218,11 +219,17 @@ class RecordQueryResolver:
                 query.unmatched_terms.append(term)
 
     def to_dict(self) -> dict[str, Any]:
-        # The store is a live collaborator wired by the pipeline builder, not configuration.
-        return default_to_dict(self, max_title_lookup=self.max_title_lookup)
+        # The store is written out so a pipeline loaded from YAML looks up visits and titles again (docqa's loader
+        # binds it to the deployment's store).
+        store = self.document_store.to_dict() if self.document_store is not None else None
+        return default_to_dict(self, document_store=store, max_title_lookup=self.max_title_lookup)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RecordQueryResolver:
+        params = data["init_parameters"]
+        if isinstance(params.get("document_store"), dict):
+            store_class = import_class_by_name(params["document_store"]["type"])
+            params["document_store"] = store_class.from_dict(params["document_store"])
         return default_from_dict(cls, data)
 
 

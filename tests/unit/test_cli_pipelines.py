@@ -28,6 +28,17 @@ def test_resp_exports_as_yaml_that_haystack_loads_back(tmp_path):
                                           "memory_answer_generator"}
     assert "api_key" not in proc.stdout and "127.0.0.1:9" not in proc.stdout
 
+def test_atrag_exports_as_yaml_that_haystack_loads_back(tmp_path):
+    proc = run_cli(tmp_path, "pipelines", "export", "atrag", env=NO_LOCAL_LLM)
+    assert proc.returncode == 0, proc.stderr
+    pipeline = Pipeline.loads(proc.stdout, allowed_modules=["docqa.*"])
+    assert set(dict(pipeline.walk())) == {"record_query_resolver", "controller", "round_joiner", "retriever",
+                                          "cot_answer_generator", "answer_grader", "query_rewriter",
+                                          "rewrite_router", "final_joiner", "record_table"}
+    assert pipeline._max_runs_per_component == 4  # max_iterations (3) + 1: the controller's first visit
+    assert "api_key" not in proc.stdout and "127.0.0.1:9" not in proc.stdout
+
+
 def test_export_of_an_unknown_pipeline_is_one_error_line(tmp_path):
     proc = run_cli(tmp_path, "pipelines", "export", "nonsense", env=NO_LOCAL_LLM)
     assert proc.returncode == 2 and proc.stderr.startswith("error: unknown pipeline 'nonsense'")
