@@ -1,0 +1,91 @@
+"""`docqa eval` (run strategies over a dataset and write the reports) and `docqa eval compare OLD NEW`.
+
+Registered by docqa.cli's optional command hooks; the work is in runner, report and compare.
+
+Usage:
+    docqa eval --dataset questions.jsonl --pipelines standard,resp --out runs/2026-11 --principal group:hr
+    docqa eval compare runs/2026-10 runs/2026-11 --metric f1 --threshold 0.02   # exit 1 on a regression
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from docqa.access import AccessScope
+from docqa.errors import DocqaError
+from docqa.settings import Settings
+
+EXIT_REGRESSION = 1
+
+
+def add_eval_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate strategies side by side on a question set (and compare runs)")
+    p.add_argument("--dataset", type=Path, help="questions: FlashRAG-style .jsonl or a question,answer .csv")
+    p.add_argument("--pipelines", default="standard", help="comma-separated strategy names (see `docqa pipelines`)")
+    p.add_argument("--out", type=Path, help="directory for results.jsonl, summary.csv, report.md/.html, plots")
+    p.add_argument("--limit", type=int, help="only the first N questions")
+    p.add_argument("--tenant", help="tenant to read as (default: DOCQA_TENANT)")
+    p.add_argument("--principal", action="append", help="principal (user or group) to read as (repeatable)")
+    p.add_argument("--top-k", type=int, dest="top_k", help="documents per retrieval, for strategies that take it")
+    p.add_argument("--recall-k", type=int, dest="recall_k",
+                   help="supporting-passage recall over the first K distinct retrieved passages (default: all)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out, skipping answered pairs")
+    p.add_argument("--label", help="evaluation label in the audit trail (default: the --out folder name)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=cmd_eval)
+    eval_sub = p.add_subparsers(dest="eval_command")
+    c = eval_sub.add_parser("compare", help="per-metric deltas of two runs with a paired test; exit 1 on a regression")
+    c.add_argument("old", type=Path, help="the baseline run's --out directory")
+    c.add_argument("new", type=Path, help="the candidate run's --out directory")
+    c.add_argument("--metric", default="f1", help="score that gates (em, f1, rouge_l, support_recall, ...)")
+    c.add_argument("--threshold", type=float, default=0.02, help="largest tolerated drop of the metric's mean")
+    c.add_argument("--output", type=Path, help="CSV of the deltas (default: NEW/compare.csv)")
+    c.set_defaults(handler=cmd_compare)
+
+
+def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.evaluation.datasets import load_dataset
+    from docqa.evaluation.report import markdown_table, write_reports
+    from docqa.evaluation.runner import run_evaluation
+    from docqa.runtime import Runtime
+
+    if args.dataset is None or args.out is None:
+        raise DocqaError("docqa eval needs --dataset FILE and --out DIR")
+    if args.limit is not None and args.limit < 1:
+        raise DocqaError("--limit must be at least 1")
+    names = [n.strip() for n in args.pipelines.split(",") if n.strip()]
+    if not names:
+        raise DocqaError("--pipelines names no strategy")
+    questions = load_dataset(args.dataset)[: args.limit]
+    scope = AccessScope(tenant=args.tenant or settings.tenant, principals=frozenset(args.principal or []))
+    options: dict[str, Any] = {"top_k": args.top_k} if args.top_k is not None else {}
+    records = run_evaluation(Runtime(settings), questions, names, args.out, scope=scope, label=args.label,
+                             options=options, resume=args.resume, progress=not args.quiet, recall_k=args.recall_k)
+    rows = write_reports(args.out, records)
+    print(markdown_table(rows))
+    print(f"\nwrote {args.out}/results.jsonl, summary.csv, report.md, report.html and plots")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.evaluation.compare import compare_runs, format_table, regressions, write_comparison
+    from docqa.evaluation.report import SCORE_METRICS
+
+    if args.metric not in SCORE_METRICS:
+        raise DocqaError(f"--metric must be one of {', '.join(SCORE_METRICS)}")
+    if args.threshold < 0:
+        raise DocqaError("--threshold must not be negative")
+    deltas = compare_runs(args.old, args.new)
+    print(format_table(deltas))
+    output = args.output or args.new / "compare.csv"
+    write_comparison(output, deltas)
+    failed = regressions(deltas, args.metric, args.threshold)
+    for d in failed:
+        print(f"regression: {d.pipeline} {d.metric} {d.old:.4f} -> {d.new:.4f} ({d.delta:+.4f}, "
+              f"threshold {args.threshold}; sign test p={d.sign_p:.3f})", file=sys.stderr)
+    if not any(d.metric == args.metric for d in deltas):
+        raise DocqaError(f"neither run defines {args.metric} for the questions they share")
+    return EXIT_REGRESSION if failed else 0
