@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from haystack import Document
 
-from docqa.access import AccessScope
+from docqa.access import AccessScope, restrict, tenant_of
 from docqa.components.answer_grader import AnswerGrader
 from docqa.components.cot_answer_generator import CoTAnswerGenerator
 from docqa.components.query_rewriter import QueryRewriter
 from docqa.components.record_window_retriever import RecordWindowRetriever
 from docqa.components.time_scope_resolver import TimeScopeResolver
-from docqa.components.topic_assigner import TenantTopicAssigners
+from docqa.components.topic_assigner import TenantTopicAssigners, TopicAssigner
 from docqa.ingestion.records import parse_fhir_bundle
 from docqa.ingestion.records.fhir import KEPT_RESOURCE_TYPES
 from docqa.pipelines.atrag import STOP_ACCEPTED, STOP_MAX_ITERATIONS, STOP_NO_NEW_QUERY, ATRAGPipeline
@@ -128,6 +128,39 @@ class TestGradedLoop:
     def test_invalid_iterations(self, tmp_path: Path) -> None:
         with pytest.raises(ValueError):
             _pipeline(tmp_path, ScriptedChatGenerator(default="x"), max_iterations=0)
+
+
+class TestTenantTopicModels:
+    def _fit(self, tmp_path: Path, tenant: str) -> None:
+        from docqa.topics import topic_model_dir
+        from tests.support.hash_embedder import HashDocumentEmbedder
+
+        words = {"capital": "capital city country france paris", "medication": "tablet oral dose daily"}
+        documents = [Document(id=f"{kind}-{i}", content=f"{text} n{i}", meta={"record_type": kind})
+                     for kind, text in words.items() for i in range(6)]
+        TopicAssigner(topic_model_dir(tmp_path / "topics", tenant),
+                      document_embedder=HashDocumentEmbedder()).fit(documents)
+
+    def test_the_topic_model_is_the_one_of_the_callers_tenant(self, tmp_path: Path) -> None:
+        self._fit(tmp_path, "t")
+        llm = ScriptedChatGenerator(rules=[(GROUNDED, "Yes"), (USEFUL, "Yes")], default="Answer: Paris [1].")
+        pipeline, _ = _pipeline(tmp_path, llm)
+        topic = _step(pipeline.run("What is the capital of France?", SCOPE), "retrieval").outputs["topic"]
+        assert topic["mode"] != "no_topic_model" and topic["version"] == 1
+        other = AccessScope(tenant="u", principals=frozenset({"alice"}))
+        assert _step(pipeline.run("What is the capital of France?", other),
+                     "retrieval").outputs["topic"]["mode"] == "no_topic_model"
+
+    def test_filters_naming_another_tenant_never_pick_its_model(self, tmp_path: Path) -> None:
+        self._fit(tmp_path, "t")
+        llm = ScriptedChatGenerator(rules=[(GROUNDED, "Yes"), (USEFUL, "Yes")], default="Answer: x")
+        pipeline, _ = _pipeline(tmp_path, llm)
+        other = AccessScope(tenant="u", principals=frozenset({"alice"}))
+        result = pipeline.run("What is the capital of France?", other,
+                              filters={"field": "meta.tenant", "operator": "==", "value": "t"})
+        assert _step(result, "retrieval").outputs["topic"]["mode"] == "no_topic_model"
+        assert tenant_of(restrict(other, {"field": "meta.tenant", "operator": "==", "value": "t"})) is None
+        assert tenant_of(restrict(other, None)) == "u" and tenant_of(None) is None
 
 
 def _source_dates(resource: dict[str, Any]) -> str | None:
