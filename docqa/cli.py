@@ -105,7 +105,7 @@ def _print_result(result: Any, as_json: bool) -> None:
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return
-    print(result.answer or "(no answer)")
+    _print_answer(result)
     table = result.steps[-1].outputs.get("table") if result.steps and result.steps[-1].kind == "record_table" else None
     if table is not None:
         _print_record_table(table)
@@ -119,6 +119,16 @@ def _print_result(result: Any, as_json: bool) -> None:
         f"\n{result.pipeline}: {len(result.steps)} steps, {totals.llm_calls} LLM calls, "
         f"{totals.total_tokens} tokens, {totals.wall_time_s:.1f} s{trace}"
     )
+
+
+def _print_answer(result: Any) -> None:
+    """The answer; one the model did not give is labelled, line by line, so it never reads as generated."""
+    if result.answer_source == "model":
+        print(result.answer or "(no answer)")
+        return
+    print(result.answer_note or "(no answer)")
+    for line in result.answer.splitlines():
+        print(f"Extracted: {line}")
 
 
 def _print_record_table(table: dict[str, Any]) -> None:
@@ -191,7 +201,7 @@ def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
             documents += parse_fhir_bundle(path, tenant=tenant, access=access)
         else:
             raise DocqaError(f"no such file or directory: {path}")
-    from docqa.topics import refit_topic_model, tenant_topic_assigner, topic_model_status
+    from docqa.pipelines.topic_admin import refit_topic_model, tenant_topic_assigner, topic_model_status
 
     runtime = _runtime(settings)
     embedder = runtime.document_embedder()
@@ -219,7 +229,7 @@ def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.topics import refit_topic_model, topic_model_status
+    from docqa.pipelines.topic_admin import refit_topic_model, topic_model_status
 
     tenant = args.tenant or settings.tenant
     if args.action == "status":
@@ -314,7 +324,6 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
         ("docqa.audit.cli", "add_db_commands"),
         ("docqa.server.cli", "add_server_commands"),
         ("docqa.ingestion.cli", "add_ingest_commands"),
-        ("docqa.evaluation.cli", "add_eval_commands"),
     )
     import importlib
 

@@ -103,12 +103,18 @@ class PipelineResult:
     stop_reason: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     trace_id: str | None = None
+    # "model" (generated), "extracted" (the model gave no usable answer: `answer` quotes retrieved sentences) or
+    # "none" (neither); `answer_note` says why in one sentence a user can read.
+    answer_source: str = "model"
+    answer_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "pipeline": self.pipeline,
             "question": self.question,
             "answer": self.answer,
+            "answer_source": self.answer_source,
+            "answer_note": self.answer_note,
             "citations": [c.to_dict() for c in self.citations],
             "steps": [s.to_dict() for s in self.steps],
             "totals": self.totals.to_dict(),

@@ -32,6 +32,7 @@ from typing import Any
 from haystack import tracing
 from haystack.tracing import Span, Tracer
 
+from docqa.extractive_fallback import note_passages
 from docqa.recording import StepRecorder, to_jsonable
 from docqa.result import Step
 
@@ -75,8 +76,9 @@ class _NullSpan(Span):
 class _StepSpan(Span):
     """A component run's span: content tags become the step's inputs and outputs."""
 
-    def __init__(self, step: Step) -> None:
+    def __init__(self, step: Step, recorder: StepRecorder) -> None:
         self.step = step
+        self.recorder = recorder
 
     def set_tag(self, key: str, value: Any) -> None:
         return None
@@ -87,6 +89,8 @@ class _StepSpan(Span):
             self.step.inputs = to_jsonable(dict(value))
         elif key == _OUTPUT_TAG and isinstance(value, Mapping):
             # LLM calls recorded while the component ran are already in `outputs`; keep them after its outputs.
+            # The raw documents, not their summaries: an answer extracted when the model gives none needs the text.
+            note_passages(self.recorder, value)
             calls = self.step.outputs.pop("llm_calls", None)
             self.step.outputs.update(to_jsonable(dict(value)))
             if calls is not None:
@@ -113,7 +117,7 @@ class StepTracer(Tracer):
         name = str((tags or {}).get(_NAME_TAG) or "component")
         kind = recording.kinds.get(name, DEFAULT_KIND)
         with recording.recorder.step(kind, name) as step:
-            span = _StepSpan(step)
+            span = _StepSpan(step, recording.recorder)
             token = self._current.set(span)
             try:
                 yield span

@@ -53,16 +53,44 @@ def finish(
     stop_reason: str | None = None,
 ) -> PipelineResult:
     config = pipeline.config()
+    answer, citations, source, note = _usable_answer(question, answer, citations, recorder)
     return PipelineResult(
         pipeline=pipeline.name,
         question=question,
         answer=answer,
         citations=citations,
+        answer_source=source,
+        answer_note=note,
         steps=recorder.steps,
         totals=recorder.totals(),
         stop_reason=stop_reason,
         config={**config, "config_hash": config_hash(config)},
     )
+
+
+def _usable_answer(question: str, answer: str, citations: list[Citation],
+                   recorder: StepRecorder) -> tuple[str, list[Citation], str, str | None]:
+    """The model's answer when usable; else the best-matching retrieved sentences, labelled as extracted.
+
+    Recorded as an `answer_fallback` step so the trace shows what the model said and what replaced it.
+    """
+    from docqa import extractive_fallback as fallback
+
+    # Record-table answers are built from records, not generated: nothing to fall back from.
+    reason = None if any(c.record is not None for c in citations) else fallback.unusable_reason(
+        question, answer, recorder.steps)
+    if reason is None:
+        return answer, citations, fallback.ANSWER_SOURCE_MODEL, None
+    with recorder.step("fallback", "answer_fallback", inputs={"reason": reason, "model_answer": answer}) as step:
+        extraction = fallback.extract_answer(question, fallback.passages_of(recorder))
+        step.outputs = {"sentences": [{"sentence": s, "document_id": d.id, "score": round(score, 3)}
+                                      for s, d, score in extraction.sentences]}
+    if not extraction.text:
+        note = f"No answer: {fallback.reason_text(reason)}, and no retrieved passage matches the question."
+        return "", [], fallback.ANSWER_SOURCE_NONE, note
+    note = (f"No answer from the model ({fallback.reason_text(reason)}). These sentences are quoted from the "
+            "retrieved passages, not generated.")
+    return extraction.text, citations_from_documents(extraction.documents), fallback.ANSWER_SOURCE_EXTRACTED, note
 
 
 def citations_from_documents(documents: list[Any], snippet_chars: int = 200) -> list[Citation]:

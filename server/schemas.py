@@ -41,6 +41,10 @@ class CitationOut(BaseModel):
 
 class QueryResponse(BaseModel):
     answer: str
+    answer_source: str = Field(default="model", description=(
+        "'model' (generated), 'extracted' (the model gave no usable answer; `answer` quotes the best-matching "
+        "retrieved sentences with [n] citations) or 'none'."))
+    answer_note: str | None = Field(default=None, description="Why the answer is not the model's, when it is not.")
     pipeline: str
     trace_id: str | None
     citations: list[CitationOut]
@@ -54,6 +58,8 @@ def query_response(result: PipelineResult, selection: dict[str, Any]) -> dict[st
     data = result.to_dict()
     return {
         "answer": data["answer"],
+        "answer_source": data["answer_source"],
+        "answer_note": data["answer_note"],
         "pipeline": data["pipeline"],
         "trace_id": data["trace_id"],
         "citations": data["citations"],

@@ -96,7 +96,16 @@ def _docqa_extra(result: PipelineResult, prepared: Prepared) -> dict[str, Any]:
         "pipeline": result.pipeline,
         "selection": prepared.selection,
         "citations": [c.to_dict() for c in result.citations],
+        "answer_source": result.answer_source,
+        "answer_note": result.answer_note,
     }
+
+
+def _content(result: PipelineResult) -> str:
+    """The message text; an answer the model did not give starts with the note saying so (clients show only text)."""
+    if result.answer_source == "model" or not result.answer_note:
+        return result.answer
+    return f"{result.answer_note}\n\n{result.answer}".strip()
 
 
 def _usage(result: PipelineResult) -> dict[str, int]:
@@ -126,7 +135,7 @@ async def chat_completions(
             "created": created,
             "model": body.model,
             "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}
+                {"index": 0, "message": {"role": "assistant", "content": _content(result)}, "finish_reason": "stop"}
             ],
             "usage": _usage(result),
             "docqa": _docqa_extra(result, prepared),
@@ -168,7 +177,7 @@ async def _chunks(
             return
         else:
             result: PipelineResult = data
-            text = result.answer
+            text = _content(result)
             for start in range(0, len(text), STREAM_PIECE_CHARS):
                 yield chunk({"content": text[start : start + STREAM_PIECE_CHARS]})
             yield chunk({}, "stop", usage=_usage(result), docqa=_docqa_extra(result, prepared))

@@ -84,7 +84,14 @@ function showRecordTable(result) {
 }
 
 function showResult(result) {
-  byId("answer-text").textContent = result.answer || "(no answer)";
+  // An answer the model did not give (sentences quoted from the passages) is labelled as such, never as the model's.
+  const extracted = result.answer_source && result.answer_source !== "model";
+  const note = byId("answer-note");
+  note.textContent = extracted ? `Extracted, not generated: ${result.answer_note || "the model gave no usable answer."}` : "";
+  note.hidden = !extracted;
+  const text = byId("answer-text");
+  text.textContent = result.answer || "(no answer)";
+  text.classList.toggle("extracted", Boolean(extracted));
   showRecordTable(result);
   byId("answer-pipeline").textContent = result.pipeline || "";
   byId("trace-id").textContent = result.trace_id || "(not recorded)";

@@ -139,12 +139,13 @@ class TestPromptEcho:
         assert result.answer == "0.30 euros per kilometre [1]"
         assert result.steps[1].outputs["citation_mode"] == "explicit"
 
-    def test_a_reply_that_only_repeats_the_prompt_gives_no_answer_and_no_citations(self, store):
+    def test_a_reply_that_only_repeats_the_prompt_is_replaced_by_extracted_sentences(self, store):
         llm = ScriptedChatGenerator(rules=[(r"mileage", lambda prompt: prompt.splitlines()[0])])
         result = _standard(store, llm, top_k=2).run("mileage rate", ALICE)
-        assert result.answer == ""
-        assert result.citations == []
-        assert result.steps[1].outputs["citation_mode"] == "none"
+        assert result.steps[1].outputs["answer"] == "" and result.steps[1].outputs["citation_mode"] == "none"
+        assert result.answer_source == "extracted"
+        assert result.answer == "Mileage is reimbursed at 0.30 euros per kilometre. [1]"
+        assert [c.document_id for c in result.citations] == ["mileage"]
 
 
 def test_standard_builder_bounds_top_k(tmp_path):

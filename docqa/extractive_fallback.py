@@ -1,0 +1,195 @@
+"""When the model gives no usable answer, quote the retrieved sentences that best match the question.
+
+Small local models often return nothing usable: an empty reply, a reply that only repeats the prompt (dropped by
+`strip_prompt_echo`), or an answer the grader judged unsupported by the passages. The passages that hold the
+answer were usually retrieved all the same, so instead of "(no answer)" the result carries the top sentences of
+those passages by BM25 overlap with the question, each with its citation, and says plainly that they are
+extracted rather than generated (`PipelineResult.answer_source == "extracted"` and `answer_note`).
+
+The passages come from the run itself: the step tracer hands every component output to `note_passages`, which
+keeps the documents the run retrieved (already filtered by the caller's access scope) for `finish` to read.
+
+Usage:
+    note_passages(recorder, {"documents": docs})          # done by docqa.step_tracer for every component run
+    fallback = extract_answer(question, passages_of(recorder))
+    fallback.text, fallback.documents
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from docqa.result import Step
+
+ANSWER_SOURCE_MODEL = "model"
+ANSWER_SOURCE_EXTRACTED = "extracted"
+ANSWER_SOURCE_NONE = "none"
+
+REASON_EMPTY = "empty"
+REASON_ECHO = "echo"
+REASON_UNGROUNDED = "ungrounded"
+_REASON_TEXT = {
+    REASON_EMPTY: "the model gave no answer",
+    REASON_ECHO: "the model only repeated the question or prompt",
+    REASON_UNGROUNDED: "the model's answer was judged not supported by the retrieved passages",
+}
+
+MAX_SENTENCES = 3
+MAX_SENTENCE_CHARS = 400
+# Sentences scoring below this share of the best one add noise rather than support.
+RELATIVE_SCORE_FLOOR = 0.5
+# A run retrieves tens of passages at most; the cap bounds memory for a pathological graph.
+MAX_PASSAGES = 200
+_K1, _B = 1.2, 0.75
+
+_STOPWORDS = frozenset(" ".join((
+    "a an and are as at be been but by can could did do does for from had has have how i if in into is it its "
+    "many may me might much must my no not of on or our shall should so than that the their them then there "
+    "these they this those to was we were what when where which who whom whose why will with within would you "
+    "your",
+)).split())
+_TOKEN = re.compile(r"[a-z0-9]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
+_QUESTION_LABEL = re.compile(r"^\s*question\s*:\s*", re.IGNORECASE)
+_MARKUP_LINE = re.compile(r"^\s*(#{1,6}\s|[-*+]\s|\d+[.)]\s|>\s?|\|)")
+
+_passages: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def note_passages(recorder: Any, outputs: Mapping[str, Any]) -> None:
+    """Keep the documents among a component's outputs (top-level lists of Haystack `Document`s) for `recorder`."""
+    found = [doc for value in outputs.values() if isinstance(value, list) for doc in value if _is_passage(doc)]
+    if not found:
+        return
+    with _lock:
+        kept = _passages.setdefault(recorder, {})
+        for doc in found:
+            if len(kept) >= MAX_PASSAGES:
+                break
+            kept.setdefault(doc.id, doc)
+
+
+def passages_of(recorder: Any) -> list[Any]:
+    """The documents the run retrieved, in the order first seen."""
+    with _lock:
+        return list(_passages.get(recorder, {}).values())
+
+
+def _is_passage(doc: Any) -> bool:
+    return type(doc).__name__ == "Document" and isinstance(getattr(doc, "content", None), str) and bool(doc.content)
+
+
+def unusable_reason(question: str, answer: str, steps: Sequence[Step]) -> str | None:
+    """Why the model's answer cannot be shown as an answer ("empty", "echo", "ungrounded"), or None when usable."""
+    text = _normalized(answer)
+    if not text:
+        # The answer generators drop replies that only repeat the prompt; a model that did reply was echoing.
+        replied = any((call.get("response") or "").strip() for step in steps
+                      for call in step.outputs.get("llm_calls", []) if isinstance(call, dict))
+        return REASON_ECHO if replied else REASON_EMPTY
+    asked = _normalized(question)
+    # "Question: <the question>" is the commonest echo of a base model continuing the prompt.
+    text = _normalized(_QUESTION_LABEL.sub("", answer))
+    if text == asked or (len(text) >= 20 and text in asked):
+        return REASON_ECHO
+    graded = [step.outputs["grounded"] for step in steps if isinstance(step.outputs.get("grounded"), bool)]
+    if graded and graded[-1] is False:
+        return REASON_UNGROUNDED
+    return None
+
+
+def reason_text(reason: str) -> str:
+    return _REASON_TEXT.get(reason, reason)
+
+
+@dataclass
+class Extraction:
+    """The extracted answer: `text` cites `documents` as [1]..[n]; `sentences` are (sentence, document) pairs."""
+
+    text: str
+    documents: list[Any]
+    sentences: list[tuple[str, Any, float]]
+
+
+def extract_answer(question: str, passages: Sequence[Any], max_sentences: int = MAX_SENTENCES) -> Extraction:
+    """The passages' sentences that best match the question (BM25 over sentences), at most `max_sentences`."""
+    candidates = [(sentence, doc) for doc in passages for sentence in split_sentences(doc.content or "")]
+    query = set(_terms(question))
+    if not candidates or not query:
+        return Extraction("", [], [])
+    scores = _bm25([_terms(sentence) for sentence, _ in candidates], query)
+    ranked = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
+    best = scores[ranked[0]]
+    if best <= 0:
+        return Extraction("", [], [])
+    chosen: list[tuple[str, Any, float]] = []
+    seen: set[str] = set()
+    for i in ranked:
+        sentence, doc = candidates[i]
+        if scores[i] < best * RELATIVE_SCORE_FLOOR or len(chosen) >= max_sentences:
+            break
+        if sentence.lower() in seen:  # the same sentence in two overlapping chunks
+            continue
+        seen.add(sentence.lower())
+        chosen.append((sentence, doc, scores[i]))
+    documents: list[Any] = []
+    lines = []
+    for sentence, doc, _ in chosen:
+        if doc not in documents:
+            documents.append(doc)
+        lines.append(f"{sentence} [{documents.index(doc) + 1}]")
+    return Extraction("\n".join(lines), documents, chosen)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a passage: paragraphs joined across line wraps, headings and list markers dropped."""
+    sentences: list[str] = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        lines = [line.strip() for line in paragraph.splitlines() if line.strip()]
+        # Headings and table rows are labels, not statements; list items keep their text without the marker.
+        lines = [_MARKUP_LINE.sub("", line) for line in lines if not line.lstrip().startswith(("#", "|"))]
+        joined = " ".join(line for line in lines if line)
+        for sentence in _SENTENCE_END.split(joined):
+            sentence = sentence.strip()
+            if len(_terms(sentence)) >= 3:
+                sentences.append(sentence[:MAX_SENTENCE_CHARS])
+    return sentences
+
+
+def _terms(text: str) -> list[str]:
+    return [_stem(t) for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS]
+
+
+def _stem(token: str) -> str:
+    # Enough for "reports"/"report", "submitted"/"submit": a crude suffix strip, not a linguistic stemmer.
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(token) > len(suffix) + 3 and token.endswith(suffix):
+            return token[: -len(suffix)]
+    return token
+
+
+def _bm25(sentences: list[list[str]], query: set[str]) -> list[float]:
+    n = len(sentences)
+    avg = sum(len(s) for s in sentences) / n or 1.0
+    df = {term: sum(1 for s in sentences if term in s) for term in query}
+    idf = {term: math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5)) for term in query}
+    scores = []
+    for terms in sentences:
+        score = 0.0
+        for term in query:
+            tf = terms.count(term)
+            if tf:
+                score += idf[term] * tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * len(terms) / avg))
+        scores.append(score)
+    return scores
+
+
+def _normalized(text: str) -> str:
+    return " ".join(_TOKEN.findall((text or "").lower()))

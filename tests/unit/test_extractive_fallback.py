@@ -1,0 +1,162 @@
+"""No usable answer from the model: the result quotes the best-matching retrieved sentences, labelled extracted."""
+
+from __future__ import annotations
+
+import pytest
+from haystack import Document
+
+from docqa.access import AccessScope
+from docqa.components.cited_answer_generator import CitedAnswerGenerator
+from docqa.components.hybrid_retriever import HybridRetriever
+from docqa.components.prompt_templates import load_prompt
+from docqa.extractive_fallback import extract_answer, split_sentences, unusable_reason
+from docqa.pipelines.baselines import StandardRAGPipeline
+from docqa.result import Step
+from docqa.settings import Settings
+from docqa.stores.factory import build_document_store, build_retrievers
+from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
+from tests.support.scripted_chat import ScriptedChatGenerator
+
+ALICE = AccessScope("acme", frozenset({"alice"}))
+QUESTION = "Within how many days must employees submit their expense reports?"
+POLICY = (
+    "# Travel and expense policy\n\nEmployees submit expense reports within 30 days of the end of a trip. "
+    "Reports submitted later than 30 days\nneed written approval from the finance director.\n\n"
+    "Economy class is the default for flights shorter than six hours."
+)
+
+
+def _doc(doc_id: str, text: str, access: tuple[str, ...] = ("everyone",)) -> Document:
+    return Document(id=doc_id, content=text, meta={"tenant": "acme", "access": list(access), "source": f"{doc_id}.md"})
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = build_document_store(Settings(data_dir=tmp_path))
+    docs = [
+        _doc("expenses", POLICY),
+        _doc("onboarding", "New employees receive a laptop on their first day. Badges are issued by security."),
+        _doc("board", "Board members submit expense reports within 5 days, says the board charter.",
+             access=("board",)),
+    ]
+    store.write_documents(HashDocumentEmbedder().run(documents=docs)["documents"])
+    return store
+
+
+def _standard(store, llm) -> StandardRAGPipeline:
+    bm25, dense = build_retrievers(store, Settings())
+    retriever = HybridRetriever(bm25, dense, HashTextEmbedder(), top_k=3, candidates=10)
+    generator = CitedAnswerGenerator(llm, prompt_template=load_prompt("standard_answer"), max_tokens=64)
+    return StandardRAGPipeline(retriever, generator, top_k=3, max_question_chars=500, model="scripted")
+
+
+class TestPipelines:
+    def test_an_echoed_prompt_gives_the_expense_sentence_with_its_citation(self, store):
+        llm = ScriptedChatGenerator(rules=[(r"expense", lambda prompt: prompt)])
+        result = _standard(store, llm).run(QUESTION, ALICE)
+
+        assert result.answer_source == "extracted"
+        first = result.answer.splitlines()[0]
+        assert first == "Employees submit expense reports within 30 days of the end of a trip. [1]"
+        assert result.citations[0].document_id == "expenses" and result.citations[0].source == "expenses.md"
+        assert "repeated" in result.answer_note and "not generated" in result.answer_note
+        fallback = result.steps[-1]
+        assert (fallback.kind, fallback.name) == ("fallback", "answer_fallback")
+        assert fallback.inputs == {"reason": "echo", "model_answer": ""}
+        data = result.to_dict()
+        assert data["answer_source"] == "extracted" and data["answer_note"] == result.answer_note
+
+    def test_extracted_sentences_come_only_from_passages_the_caller_may_read(self, store):
+        result = _standard(store, ScriptedChatGenerator(default="")).run(QUESTION, ALICE)
+        assert result.steps[-1].inputs["reason"] == "empty"
+        assert "5 days" not in result.answer and "board" not in {c.document_id for c in result.citations}
+        board = AccessScope("acme", frozenset({"board"}))
+        result = _standard(store, ScriptedChatGenerator(default="")).run(QUESTION, board)
+        assert "board" in {c.document_id for c in result.citations}
+
+    def test_a_usable_answer_is_the_models(self, store):
+        llm = ScriptedChatGenerator(default="Within 30 days [1].")
+        result = _standard(store, llm).run(QUESTION, ALICE)
+        assert (result.answer, result.answer_source, result.answer_note) == ("Within 30 days [1].", "model", None)
+        assert "fallback" not in {s.kind for s in result.steps}
+
+    def test_nothing_matching_says_so_and_cites_nothing(self, store):
+        result = _standard(store, ScriptedChatGenerator(default="")).run("Quantum chromodynamics lattice?", ALICE)
+        assert result.answer == "" and result.citations == [] and result.answer_source == "none"
+        assert result.answer_note.startswith("No answer")
+
+
+class TestUnusable:
+    def _generation(self, response: str) -> Step:
+        return Step(0, "generation", "gen", outputs={"llm_calls": [{"response": response}]})
+
+    def test_reasons(self):
+        assert unusable_reason(QUESTION, "", [self._generation("")]) == "empty"
+        assert unusable_reason(QUESTION, "", [self._generation("Question: ...")]) == "echo"
+        assert unusable_reason(QUESTION, QUESTION.upper(), []) == "echo"
+        assert unusable_reason(QUESTION, f"Question: {QUESTION}", []) == "echo"
+        assert unusable_reason(QUESTION, "30 days", []) is None
+
+    def test_the_last_grade_decides_groundedness(self):
+        graded = [Step(0, "grading", "g", outputs={"grounded": True}),
+                  Step(1, "grading", "g", outputs={"grounded": False})]
+        assert unusable_reason(QUESTION, "45 days", graded) == "ungrounded"
+        assert unusable_reason(QUESTION, "30 days", graded[::-1]) is None
+
+
+class TestExtraction:
+    def test_sentences_join_wrapped_lines_and_skip_headings(self):
+        sentences = split_sentences(POLICY)
+        assert sentences[0].startswith("Employees submit")
+        assert "Reports submitted later than 30 days need written approval from the finance director." in sentences
+        assert not any(s.startswith("#") or "Travel and expense policy" in s for s in sentences)
+
+    def test_at_most_three_sentences_cite_their_passages_in_order(self):
+        docs = [Document(id=f"d{i}", content=f"Expense reports rule {i}: submit expense reports soon.")
+                for i in range(5)]
+        extraction = extract_answer("When are expense reports due?", docs)
+        assert len(extraction.sentences) == 3
+        assert extraction.text.splitlines() == [
+            f"Expense reports rule {i}: submit expense reports soon. [{i + 1}]" for i in range(3)]
+
+    def test_duplicate_sentences_of_overlapping_chunks_appear_once(self):
+        docs = [Document(id="a", content=POLICY), Document(id="b", content=POLICY)]
+        extraction = extract_answer(QUESTION, docs)
+        assert len({s for s, _, _ in extraction.sentences}) == len(extraction.sentences)
+        assert [d.id for d in extraction.documents] == ["a"]
+
+
+class TestInterfaces:
+    def test_the_cli_labels_every_extracted_line(self, store, capsys):
+        from docqa.cli import _print_result
+
+        result = _standard(store, ScriptedChatGenerator(default="")).run(QUESTION, ALICE)
+        _print_result(result, as_json=False)
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == result.answer_note
+        assert lines[1] == "Extracted: Employees submit expense reports within 30 days of the end of a trip. [1]"
+        assert "  [1] expenses.md  (id expenses)" in lines
+
+    def test_the_api_and_the_chat_endpoint_say_there_was_no_model_answer(self, tmp_path):
+        from fastapi.testclient import TestClient
+
+        from tests.support.server_app import auth, build_test_app
+
+        app, keys = build_test_app(tmp_path, ScriptedChatGenerator(default="Question: Capital of France?"))
+        with TestClient(app) as client:
+            body = client.post("/v1/query", headers=auth(keys["alice"]), json={
+                "question": "Capital of France?", "pipeline": "no_retrieval"}).json()
+            assert (body["answer"], body["answer_source"]) == ("", "none")
+            assert body["answer_note"].startswith("No answer: the model only repeated")
+            assert body["steps"][-1]["kind"] == "fallback"
+            chat = client.post("/v1/chat/completions", headers=auth(keys["alice"]), json={
+                "model": "no_retrieval", "messages": [{"role": "user", "content": "Capital of France?"}]}).json()
+            assert chat["choices"][0]["message"]["content"] == body["answer_note"]
+            assert chat["docqa"]["answer_source"] == "none"
+
+    def test_the_ask_page_shows_the_label(self):
+        from importlib import resources
+
+        static = resources.files("docqa.server").joinpath("static")
+        assert 'id="answer-note"' in static.joinpath("index.html").read_text()
+        assert "Extracted, not generated" in static.joinpath("ask.js").read_text()
