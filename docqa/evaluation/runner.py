@@ -149,6 +149,7 @@ def run_evaluation(
     scope: AccessScope,
     label: str | None = None,
     options: dict[str, Any] | None = None,
+    filters: dict[str, Any] | None = None,
     resume: bool = False,
     progress: bool = True,
     recall_k: int | None = None,
@@ -156,6 +157,8 @@ def run_evaluation(
     """Answer every question with every strategy (strategies take turns per question) and append the records.
 
     :param options: builder options given to every strategy that accepts them (e.g. `top_k`).
+    :param filters: a metadata filter narrowing every retrieval further (e.g. one dataset's passages); it is
+        combined with the scope's access filter, never a replacement for it.
     :param resume: keep `results.jsonl` and skip the (question, strategy) pairs it already holds; without it an
         existing non-empty results file is an error rather than silently mixed with a new run.
     :param recall_k: supporting-passage recall over the first k distinct retrieved passages (None: all).
@@ -202,7 +205,8 @@ def run_evaluation(
                     text = validate_question(question.question, settings.max_question_chars)
                     run_options = check_inputs(name, _inputs_for(name, question.run_inputs))
                     result = answer_with_audit(built[name], text, scope, asked_by=asked_by, settings=settings,
-                                               run_options=run_options, control=RunControl.from_settings(settings))
+                                               filters=filters, run_options=run_options,
+                                               control=RunControl.from_settings(settings))
                 except LLMUnavailableError:
                     # Every later question would fail the same way: stop, and resume once the endpoint is back.
                     raise
