@@ -36,7 +36,7 @@ from docqa.ingestion.models import (
     IngestJob,
     IngestPayload,
 )
-from docqa.ingestion.pipeline import ItemResult, expand_paths
+from docqa.ingestion.pipeline import ItemResult, expand_labelled_paths
 from docqa.ingestion.processing import finish_job_if_done, process_items
 from docqa.ingestion.record_bundles import is_record_bundle
 from docqa.settings import Settings
@@ -80,7 +80,8 @@ def submit_job(
     except ValueError as exc:
         raise DocqaError(f"cannot ingest: {exc}") from exc
     job_id = str(uuid.uuid4())
-    files = [(str(path), path.name, path) for path in expand_paths(paths)]
+    # An item's name is what citations show: the path below the folder given (or the file's or upload's name).
+    files = [(str(path), label, path) for path, label in expand_labelled_paths(paths)]
     files += [(upload.source_id or upload.name, upload.name, upload) for upload in uploads]
     queued: list[int] = []
     with job_sessions(settings).begin() as session:

@@ -198,13 +198,16 @@ def ingest_paths(
 ) -> IngestReport:
     """Ingest files and directories (recursively, supported types only); the source id is the absolute path.
 
+    Citations name a file as given: its name, or its path below a folder that was given (never the absolute path).
+
     A file named explicitly is always attempted, so an unsupported or missing one fails with its reason.
     Every chunk is tagged with `collection` (`meta.collection`), which MSPR can search as a source of its own.
     """
     collection = check_collection_name(collection)
-    files = list(expand_paths(paths))
-    sources = (Source(source_id=str(path), name=path.name, path=path, meta={COLLECTION_FIELD: collection})
-               for path in files)
+    files = list(expand_labelled_paths(paths))
+    sources = (Source(source_id=str(path), name=path.name, path=path, source=label,
+                      meta={COLLECTION_FIELD: collection})
+               for path, label in files)
     report = ingest_documents(
         runtime, sources, tenant, access, progress=progress, embedder=embedder, total=len(files)
     )
@@ -284,6 +287,13 @@ def _ingest_batch(
 
 def expand_paths(paths: Iterable[Path | str]) -> Iterator[Path]:
     """Files in the order given; directories expand to their supported, non-hidden files in sorted order."""
+    for path, _ in expand_labelled_paths(paths):
+        yield path
+
+
+def expand_labelled_paths(paths: Iterable[Path | str]) -> Iterator[tuple[Path, str]]:
+    """`expand_paths` with each file's readable name: the file name of a file given, the POSIX path below the
+    folder given for a file found in it (what a user recognises; the server's absolute path says nothing)."""
     for raw in paths:
         path = Path(raw).expanduser().absolute()
         if path.is_dir():
@@ -291,9 +301,10 @@ def expand_paths(paths: Iterable[Path | str]) -> Iterator[Path]:
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(files):
                     if not name.startswith(".") and is_supported(name):
-                        yield Path(root) / name
+                        found = Path(root) / name
+                        yield found, found.relative_to(path).as_posix()
         else:
-            yield path
+            yield path, path.name
 
 
 def _batches(sources: Iterable[Source]) -> Iterator[list[Source]]:

@@ -104,7 +104,8 @@ def _process_group(
         )
         work = [(item.id, item.attempts, item.source_id, item.name) for item in claimed]
     sources = [
-        Source(source_id=source_id, name=name, data=payloads.get(item_id, b""), meta={"ingest_job": job_id})
+        Source(source_id=source_id, name=name, data=payloads.get(item_id, b""), source=name,
+               meta={"ingest_job": job_id})
         for item_id, _, source_id, name in work
     ]
     documents = [source for source in sources if not is_record_bundle(source.name)]

@@ -157,5 +157,5 @@ def test_upgrade_ingest_and_ask_from_the_wheel(installed_wheel: InstalledWheel, 
     assert result["answer"] == ANSWER
     assert [step["kind"] for step in result["steps"]] == ["retrieval", "generation"]
     assert result["citations"], result
-    assert Path(result["citations"][0]["source"]) == docs / "expenses.md"
+    assert result["citations"][0]["source"] == "expenses.md"  # as ingested, not the absolute path
     assert result["trace_id"]
