@@ -387,3 +387,13 @@ class TestRegistryAndYaml:
         expander = loaded.get_component("contre_tree_expander")
         assert (expander.max_depth, expander.max_breadth, expander.max_llm_calls, expander.retriever.top_k) == (
             1, 4, 20, 3)
+
+    def test_the_export_loads_as_a_file_strategy_bound_to_the_runtime(self, tmp_path) -> None:
+        from docqa.pipelines.yaml_strategies import load_strategy
+
+        runtime = Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: ScriptedChatGenerator())
+        text = export_strategy("contregen", runtime, top_k=2)
+        strategy = load_strategy(text, name="copy", source="copy.yaml", runtime=runtime)
+        expander = strategy.pipeline.get_component("contre_tree_expander")
+        assert expander.retriever.bm25_retriever.document_store is runtime.document_store
+        assert set(strategy._outputs) == {"answer", "stop_reason", "cited_documents"}
