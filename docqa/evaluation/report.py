@@ -211,7 +211,7 @@ Scores in percent; failed answers score 0.</p>
 def write_reports(out_dir: Path, records: Sequence[EvalRecord]) -> list[dict[str, Any]]:
     """Every report of a run from its records; returns the summary rows."""
     rows = summarize(records)
-    info = _run_info(out_dir)
+    info = {"questions": len({r.question_id for r in records}), **_run_info(out_dir)}
     write_summary_csv(out_dir / "summary.csv", rows)
     write_report_md(out_dir / "report.md", rows, records, info)
     plots = write_plots(out_dir, rows, records) if rows else []
