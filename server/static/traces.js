@@ -95,7 +95,7 @@ function stepNode(step, children, startedAt) {
   return item;
 }
 
-function stepTree(steps) {
+export function stepTree(steps) {
   const sorted = [...steps].sort((a, b) => a.position - b.position);
   const startedAt = Math.min(...sorted.map((s) => (typeof s.started_at === "number" ? s.started_at : Infinity)));
   const byParent = new Map();
