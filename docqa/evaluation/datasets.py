@@ -3,6 +3,9 @@
 JSONL, one object a line: `question`, `golden_answers` (a list, or `answer` as one string), optional `id`,
 `supporting` (ids of the passages that answer it; `supporting_ids` also read), `records` (ids of the records a
 record question should return), `short_answers` (ASQA-style alias lists), and run inputs `as_of`/`patient_id`.
+ASQA's layout is read too (a `.json` array or JSONL of objects with `qa_pairs[].short_answers` and
+`annotations[].long_answer`): the long answers are the references for ROUGE-L, the short answers score
+short-answer recall.
 CSV: a header with `question` and `answer` columns (`|` separates accepted answers), optional `id`.
 
 Usage:
@@ -39,16 +42,18 @@ def question_id(question: str) -> str:
 
 
 def load_dataset(path: Path) -> list[EvalQuestion]:
-    """Questions of a `.jsonl` or `.csv` file; raises DocqaError naming the file and line of a bad entry."""
+    """Questions of a `.jsonl`, `.json` (array) or `.csv` file; a bad entry raises DocqaError naming where."""
     if not path.is_file():
         raise DocqaError(f"no such dataset file: {path}")
     suffix = path.suffix.lower()
-    if suffix in {".jsonl", ".json"}:
+    if suffix == ".json":
+        questions = _read_json_array(path)
+    elif suffix == ".jsonl":
         questions = _read_jsonl(path)
     elif suffix == ".csv":
         questions = _read_csv(path)
     else:
-        raise DocqaError(f"unsupported dataset format {suffix or '(none)'!r}: expected .jsonl or .csv")
+        raise DocqaError(f"unsupported dataset format {suffix or '(none)'!r}: expected .jsonl, .json or .csv")
     ids = [q.id for q in questions]
     duplicates = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
     if duplicates:
@@ -68,9 +73,13 @@ def _from_object(raw: Any, where: str) -> EvalQuestion:
     if not isinstance(raw, dict) or not isinstance(raw.get("question"), str) or not raw["question"].strip():
         raise DocqaError(f"{where}: expected an object with a non-empty `question`")
     answers = _strings(raw.get("golden_answers", raw.get("answer")))
+    if not answers and isinstance(raw.get("annotations"), list):  # ASQA: the annotators' long answers
+        answers = tuple(a["long_answer"] for a in raw["annotations"] if isinstance(a, dict) and a.get("long_answer"))
     supporting = _strings(raw.get("supporting", raw.get("supporting_ids")))
     records = raw.get("records")
     short = tuple(_strings(group) for group in raw.get("short_answers") or [])
+    if not short and isinstance(raw.get("qa_pairs"), list):  # ASQA: one alias list per disambiguation
+        short = tuple(_strings(p.get("short_answers")) for p in raw["qa_pairs"] if isinstance(p, dict))
     run_inputs = {key: raw[key] for key in ("as_of", "patient_id") if raw.get(key) is not None}
     return EvalQuestion(
         id=str(raw.get("id") or question_id(raw["question"])), question=raw["question"].strip(), answers=answers,
@@ -90,6 +99,16 @@ def _read_jsonl(path: Path) -> list[EvalQuestion]:
             raise DocqaError(f"{path}:{number}: not JSON ({exc.msg})") from exc
         questions.append(_from_object(raw, f"{path}:{number}"))
     return questions
+
+
+def _read_json_array(path: Path) -> list[EvalQuestion]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DocqaError(f"{path}: not JSON ({exc.msg})") from exc
+    if not isinstance(raw, list):
+        raise DocqaError(f"{path}: expected a JSON array of questions (or use .jsonl, one object a line)")
+    return [_from_object(item, f"{path}[{index}]") for index, item in enumerate(raw)]
 
 
 def _read_csv(path: Path) -> list[EvalQuestion]:

@@ -227,12 +227,25 @@ class TestDatasets:
         (only,) = load_dataset(table)
         assert only.answers == ("Jane Roe", "J. Roe")
 
+    def test_asqa_layout_gives_long_and_short_answers(self, tmp_path):
+        asqa = tmp_path / "asqa.json"
+        asqa.write_text(json.dumps([{
+            "id": "7", "question": "Who has the highest goals in world football?",
+            "qa_pairs": [{"question": "men?", "short_answers": ["Daei", "Ali Daei"]},
+                         {"question": "women?", "short_answers": ["Christine Sinclair"]}],
+            "annotations": [{"knowledge": [], "long_answer": "Ali Daei for men; Christine Sinclair for women."}],
+        }]))
+        (question,) = load_dataset(asqa)
+        assert question.answers == ("Ali Daei for men; Christine Sinclair for women.",)
+        assert question.short_answers == (("Daei", "Ali Daei"), ("Christine Sinclair",))
+
     @pytest.mark.parametrize(("name", "text", "fragment"), [
         ("bad.jsonl", '{"question": "x"}\nnot json\n', "bad.jsonl:2"),
         ("empty.jsonl", '{"question": "  "}\n', "non-empty `question`"),
         ("dup.jsonl", '{"id": "1", "question": "a"}\n{"id": "1", "question": "b"}\n', "duplicate"),
         ("noheader.csv", "q,a\nx,y\n", "header"),
         ("data.txt", "x", "unsupported"),
+        ("object.json", '{"question": "x"}', "JSON array"),
     ])
     def test_bad_files_name_the_problem(self, tmp_path, name, text, fragment):
         (tmp_path / name).write_text(text)
