@@ -1,6 +1,7 @@
 // Users and admins: pick a pipeline, ask, watch the steps stream in, read the answer and its citations.
 import { api, apiStream } from "./api.js";
 import { byId, clear, el, guarded, seconds } from "./dom.js";
+import { treeNodeLabel } from "./tree.js";
 
 function stepLine(step) {
   const llm = step.llm || {};
@@ -8,6 +9,13 @@ function stepLine(step) {
   if (llm.calls) parts.push(`${llm.calls} LLM call(s), ${llm.total_tokens ?? 0} tokens`);
   const item = el("li", { attrs: { "data-kind": String(step.kind) } });
   if (step.parent !== null && step.parent !== undefined) item.classList.add("nested");
+  // A tree strategy's nodes stream in as they finish: indented by depth, marked accepted or rejected.
+  const label = treeNodeLabel(step);
+  if (label) {
+    item.classList.add("tree-node", label.accepted ? "accepted" : "rejected", `depth-${label.depth}`);
+    item.setAttribute("data-status", label.status);
+    parts.splice(2, 0, label.text);
+  }
   item.append(el("span", { text: parts.join(" · ") }));
   if (step.error) item.append(el("span", { className: "error", text: ` ${step.error}` }));
   return item;

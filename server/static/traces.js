@@ -2,6 +2,7 @@
 import { api } from "./api.js";
 import { byId, clear, el, guarded, json, seconds } from "./dom.js";
 import { checkCitationAccess, setupEvents } from "./events.js";
+import { treeNodeLabel } from "./tree.js";
 
 const PAGE = 50;
 let offset = 0;
@@ -61,28 +62,15 @@ function llmCall(call, index) {
     block("Response", String(call.response ?? "")));
 }
 
-const ACCEPTED_NODES = new Set(["root", "accepted"]);
-
-/** A tree strategy's node step (ConTReGen): its verdict first, then its question and passages. */
-function treeNodeLabel(node) {
-  const accepted = ACCEPTED_NODES.has(node.status);
-  const question = String((accepted && node.query) || node.sub_question || "");
-  const kept = Array.isArray(node.passage_ids) ? node.passage_ids.length : 0;
-  const dropped = Array.isArray(node.dropped) ? node.dropped.length : 0;
-  const verdict = accepted ? `✓ ${node.status}` : `✗ ${String(node.status).replaceAll("_", " ")}`;
-  return { accepted, text: `${verdict}: ${question} (${kept} kept, ${dropped} dropped)` };
-}
-
 function stepNode(step, children, startedAt) {
   const tokens = (step.prompt_tokens || 0) + (step.completion_tokens || 0);
   const offsetS = typeof step.started_at === "number" ? step.started_at - startedAt : null;
   const head = [`#${step.position}`, step.kind, step.name, `+${seconds(offsetS)}`, seconds(step.duration_s)];
   if (step.llm_calls) head.push(`${step.llm_calls} LLM call(s), ${tokens} tokens (${step.prompt_tokens} + ${step.completion_tokens})`);
-  const node = step.outputs && typeof step.outputs === "object" ? step.outputs.node : null;
-  const label = node && typeof node === "object" && typeof node.status === "string" ? treeNodeLabel(node) : null;
+  const label = treeNodeLabel(step);
   if (label) head.splice(1, 0, label.text);
   const attrs = { "data-kind": String(step.kind) };
-  if (label) attrs["data-status"] = String(node.status);
+  if (label) attrs["data-status"] = label.status;
   const details = el("details", { className: label ? `step tree-node ${label.accepted ? "accepted" : "rejected"}` : "step", attrs },
     el("summary", { text: head.join(" · ") }));
   if (step.error) details.append(el("p", { className: "error", text: step.error }));

@@ -106,6 +106,10 @@ def test_the_trace_page_draws_accepted_and_rejected_branches_as_a_tree(site: str
                 ".querySelector(':scope > details > summary').textContent)")
             assert "contre_node 0 " in parents[1] and "contre_node 0 " in parents[2]
             assert "tree_expansion" in parents[0]
+            # Visibly different: the stylesheet edges accepted nodes in green, rejected ones dashed in red.
+            styles = page.eval_on_selector_all(
+                "details.tree-node", "nodes => nodes.map(n => getComputedStyle(n).borderLeftStyle)")
+            assert styles == ["solid", "solid", "dashed"]
             shot = tmp_path / "contregen-trace-tree.png"
             page.screenshot(path=str(shot), full_page=True)
             assert shot.stat().st_size > 1000
