@@ -189,11 +189,12 @@ def main(argv: list[str] | None = None) -> int:
                 row.update(recall=len(kept & gold) / len(gold),
                            rouge_l=max(rouge_l(result.answer, ref) for ref in query["references"]),
                            calls=result.totals.llm_calls, stop=result.stop_reason or "-",
-                           words=len(result.answer.split()))
+                           words=len(result.answer.split()), answer=result.answer)
             row["wall_s"] = time.perf_counter() - began
             rows[label].append(row)
             print(f"[{number}/{len(queries)} {label}] {row['wall_s']:.1f} s calls={row['calls']} "
-                  f"recall={row['recall']:.2f} rougeL={row['rouge_l']:.3f} stop={row['stop']}"
+                  f"recall={row['recall']:.2f} rougeL={row['rouge_l']:.3f} stop={row['stop']} "
+                  f"answer={row.get('answer', '')[:80]!r}"
                   + (f" error={row['error']}" if row["error"] else ""), file=sys.stderr, flush=True)
 
     print()
