@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from docqa.access import AccessScope
+from docqa.access import EVERYONE, AccessScope
 from docqa.errors import DocqaError
 from docqa.settings import Settings
 
@@ -26,6 +26,10 @@ def add_eval_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", type=Path, help="questions: FlashRAG-style .jsonl or a question,answer .csv")
     p.add_argument("--pipelines", default="standard", help="comma-separated strategy names (see `docqa pipelines`)")
     p.add_argument("--out", type=Path, help="directory for results.jsonl, summary.csv, report.md/.html, plots")
+    p.add_argument("--corpus", type=Path,
+                   help="passages of the dataset (FlashRAG JSONL: id, contents), stored into --tenant first")
+    p.add_argument("--allow", action="append", metavar="PRINCIPAL",
+                   help="principal allowed to read the --corpus passages (repeatable; default: everyone)")
     p.add_argument("--limit", type=int, help="only the first N questions")
     p.add_argument("--tenant", help="tenant to read as (default: DOCQA_TENANT)")
     p.add_argument("--principal", action="append", help="principal (user or group) to read as (repeatable)")
@@ -62,7 +66,13 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     questions = load_dataset(args.dataset)[: args.limit]
     scope = AccessScope(tenant=args.tenant or settings.tenant, principals=frozenset(args.principal or []))
     options: dict[str, Any] = {"top_k": args.top_k} if args.top_k is not None else {}
-    records = run_evaluation(Runtime(settings), questions, names, args.out, scope=scope, label=args.label,
+    runtime = Runtime(settings)
+    if args.corpus is not None:
+        from docqa.evaluation.corpus import ensure_corpus
+
+        written = ensure_corpus(runtime, args.corpus, tenant=scope.tenant, access=args.allow or [EVERYONE])
+        print(f"corpus {args.corpus}: {written} new passages stored for tenant {scope.tenant!r}", file=sys.stderr)
+    records = run_evaluation(runtime, questions, names, args.out, scope=scope, label=args.label,
                              options=options, resume=args.resume, progress=not args.quiet, recall_k=args.recall_k)
     rows = write_reports(args.out, records)
     print(markdown_table(rows))

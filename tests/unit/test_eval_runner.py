@@ -18,6 +18,7 @@ from docqa.audit.models import AuditTrace
 from docqa.audit.recorder import audit_session
 from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.errors import DocqaError
+from docqa.evaluation.corpus import ensure_corpus
 from docqa.evaluation.datasets import EvalQuestion, load_dataset
 from docqa.evaluation.report import SUMMARY_COLUMNS, write_reports
 from docqa.evaluation.runner import RESULTS_FILE, read_results, run_evaluation
@@ -48,6 +49,9 @@ class _HashRuntime(Runtime):
 
     def text_embedder(self):
         return HashTextEmbedder()
+
+    def document_embedder(self):
+        return HashDocumentEmbedder()
 
     def retriever(self, top_k=None):
         bm25, dense = build_retrievers(self.document_store, self.settings)
@@ -182,6 +186,33 @@ class TestPermissions:
         board = run_evaluation(_runtime(settings, store, llm), QUESTIONS[2:3], ["standard"], tmp_path / "board",
                                scope=BOARD, progress=False)
         assert "secret" in board[0].retrieved_ids and board[0].em == 1.0 and board[0].support_recall == 1.0
+
+
+class TestCorpus:
+    def test_corpus_passages_are_stored_once_with_their_ids_and_readers(self, settings, store, tmp_path):
+        corpus = tmp_path / "corpus.jsonl"
+        corpus.write_text(
+            json.dumps({"id": "taxi", "contents": "Taxi\nTaxis are reimbursed at cost with a receipt."}) + "\n"
+            + json.dumps({"id": "parking", "title": "Parking", "text": "Parking is reimbursed up to 20 euros."}) + "\n")
+        llm = ScriptedChatGenerator(rules=[(r".", _answer)])
+        runtime = _runtime(settings, store, llm)
+        assert ensure_corpus(runtime, corpus, tenant="acme", access=["alice"]) == 2
+        assert ensure_corpus(runtime, corpus, tenant="acme", access=["alice"]) == 0
+        (parking,) = store.filter_documents({"field": "id", "operator": "==", "value": "parking"})
+        assert parking.content == "Parking\nParking is reimbursed up to 20 euros."
+        assert parking.meta["tenant"] == "acme" and parking.meta["access"] == ["alice"]
+
+        question = EvalQuestion("t", "How are taxis reimbursed?", ("at cost",), supporting_ids=("taxi",))
+        (alice,) = run_evaluation(runtime, [question], ["standard"], tmp_path / "a", scope=ALICE, progress=False)
+        (bob,) = run_evaluation(runtime, [question], ["standard"], tmp_path / "b",
+                                scope=AccessScope("acme", frozenset({"bob"})), progress=False)
+        assert alice.support_recall == 1.0 and bob.support_recall == 0.0
+
+    def test_a_bad_corpus_line_is_named(self, settings, store, tmp_path):
+        corpus = tmp_path / "corpus.jsonl"
+        corpus.write_text('{"id": "x"}\n')
+        with pytest.raises(DocqaError, match=r"corpus\.jsonl:1"):
+            ensure_corpus(_runtime(settings, store, ScriptedChatGenerator()), corpus, tenant="acme")
 
 
 class TestReports:

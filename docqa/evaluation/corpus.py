@@ -1,0 +1,65 @@
+"""Passages an evaluation dataset comes with (`docqa eval --corpus FILE`), written into the store once.
+
+FlashRAG's corpus layout, one object a line: `id` and `contents` ("title\\ntext"), or `id`, `text` and an
+optional `title`, which is put first the same way. The ids are kept, so a dataset's `supporting` ids score
+supporting-passage recall. Passages already stored under their id are not embedded again.
+
+Usage:
+    written = ensure_corpus(runtime, Path("corpus.jsonl"), tenant="acme", access=["group:eval"])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from haystack import Document
+
+from docqa.access import EVERYONE
+from docqa.errors import DocqaError
+
+BATCH = 256
+
+
+def read_corpus(path: Path, *, tenant: str, access: Sequence[str] = (EVERYONE,)) -> list[Document]:
+    if not path.is_file():
+        raise DocqaError(f"no such corpus file: {path}")
+    documents: dict[str, Document] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DocqaError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+        text = raw.get("contents") or raw.get("text") if isinstance(raw, dict) else None
+        if not isinstance(text, str) or not text.strip() or raw.get("id") in (None, ""):
+            raise DocqaError(f"{path}:{number}: expected an object with `id` and `contents` (or `text`)")
+        title = raw.get("title")
+        # FlashRAG's `contents` already start with the title; a separate `text` gets it put first.
+        content = f"{title}\n{text}" if isinstance(title, str) and title and "contents" not in raw else text
+        doc_id = str(raw["id"])
+        documents.setdefault(doc_id, Document(id=doc_id, content=content, meta={
+            "title": title or "", "source": f"{path.name}:{doc_id}", "tenant": tenant, "access": list(access)}))
+    return list(documents.values())
+
+
+def ensure_corpus(runtime: Any, path: Path, *, tenant: str, access: Sequence[str] = (EVERYONE,)) -> int:
+    """Embed and write the corpus passages not yet stored; returns how many were written."""
+    from haystack.document_stores.types import DuplicatePolicy
+
+    corpus = read_corpus(path, tenant=tenant, access=access)
+    store = runtime.document_store
+    ids = [d.id for d in corpus]
+    present = {d.id for d in store.filter_documents({"field": "id", "operator": "in", "value": ids})} if ids else set()
+    missing = [d for d in corpus if d.id not in present]
+    if missing:
+        embedder = runtime.document_embedder()
+        if hasattr(embedder, "warm_up"):
+            embedder.warm_up()
+        for start in range(0, len(missing), BATCH):
+            batch = embedder.run(documents=missing[start:start + BATCH])["documents"]
+            store.write_documents(batch, policy=DuplicatePolicy.SKIP)
+    return len(missing)
