@@ -322,6 +322,7 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
     hooks = (
         ("docqa.audit.cli", "add_audit_commands"),
         ("docqa.audit.cli", "add_db_commands"),
+        ("docqa.feedback", "add_feedback_commands"),
         ("docqa.server.cli", "add_server_commands"),
         ("docqa.ingestion.cli", "add_ingest_commands"),
     )

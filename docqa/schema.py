@@ -21,6 +21,7 @@ MODEL_MODULES = (
     "docqa.audit.models",
     "docqa.accounts.models",
     "docqa.ingestion.models",
+    "docqa.feedback",
 )
 
 

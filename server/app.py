@@ -26,7 +26,18 @@ from docqa.server.api_errors import STATUS_CODES, ApiError, error_body
 from docqa.server.config import server_settings
 from docqa.server.context import ServerContext
 from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, build_rate_limiter
-from docqa.server.routes import accounts, audit_events, documents, health, me, openai_compat, query, traces, ui
+from docqa.server.routes import (
+    accounts,
+    audit_events,
+    documents,
+    feedback,
+    health,
+    me,
+    openai_compat,
+    query,
+    traces,
+    ui,
+)
 from docqa.server.url_guard import RejectNulMiddleware
 from docqa.settings import Settings
 from docqa.step_tracer import enable_step_tracing
@@ -77,7 +88,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     )
     app.add_middleware(RejectNulMiddleware)
     _add_error_handlers(app)
-    for module in (health, query, openai_compat, accounts, me, documents, traces, audit_events, ui):
+    for module in (health, query, openai_compat, accounts, me, documents, traces, feedback, audit_events, ui):
         app.include_router(module.router)
     return app
 

@@ -7,6 +7,7 @@ Usage:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,9 +16,10 @@ from typing import Any
 from sqlalchemy import Select, func, or_, select
 from sqlalchemy.orm import Session
 
-from docqa.audit.canonical import format_timestamp, step_payload, trace_payload
+from docqa.audit.canonical import canonical_bytes, format_timestamp, step_payload, trace_payload
 from docqa.audit.export import export_line
 from docqa.audit.models import AuditTrace
+from docqa.feedback import feedback_by_trace
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ def read_trace(session: Session, tenant: str, trace_id: str) -> dict[str, Any] |
         **trace_payload(trace),
         "steps": [step_payload(s) for s in trace.steps],
         "proof": {"seq": trace.seq, "prev_mac": trace.prev_mac, "mac": trace.mac},
+        # The askers' ratings: beside the chained payload, which they may change without breaking it.
+        "feedback": feedback_by_trace(session, [trace.id]).get(trace.id, []),
     }
 
 
@@ -94,7 +98,17 @@ def export_lines(session: Session, where: TraceFilter, batch: int = 200) -> Iter
         rows = list(session.scalars(query))
         if not rows:
             return
+        ratings = feedback_by_trace(session, [trace.id for trace in rows])
         for trace in rows:
-            yield export_line(trace)
+            yield _with_feedback(export_line(trace), ratings.get(trace.id))
         last = rows[-1].seq
         session.expunge_all()
+
+
+def _with_feedback(line: bytes, feedback: list[dict[str, Any]] | None) -> bytes:
+    """An export line with the trace's feedback as a sibling of its proof (outside what the MAC covers)."""
+    if not feedback:
+        return line
+    record = json.loads(line)
+    record["feedback"] = feedback
+    return canonical_bytes(record) + b"\n"

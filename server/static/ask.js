@@ -108,6 +108,20 @@ function showResult(result) {
   for (const citation of result.citations || []) list.append(citationItem(citation));
   if (!list.children.length) list.append(el("li", { className: "muted", text: "No citations." }));
   byId("answer").hidden = false;
+  const feedback = byId("feedback-form");
+  feedback.dataset.traceId = result.trace_id || "";
+  feedback.hidden = !result.trace_id;
+  byId("feedback-status").textContent = "";
+  /** @type {HTMLInputElement} */ (byId("feedback-comment")).value = "";
+}
+
+/** Thumbs up or down on the answer shown, stored against its trace (rating again replaces it). */
+async function sendFeedback(rating) {
+  const traceId = byId("feedback-form").dataset.traceId;
+  if (!traceId) return;
+  const comment = /** @type {HTMLInputElement} */ (byId("feedback-comment")).value.trim();
+  await api(`/v1/traces/${encodeURIComponent(traceId)}/feedback`, { method: "POST", json: { rating, comment: comment || null } });
+  byId("feedback-status").textContent = rating === "up" ? "Thanks: marked helpful." : "Thanks: marked not helpful.";
 }
 
 async function ask(pipeline, question, inputs = {}) {
@@ -145,6 +159,12 @@ export async function setupAsk() {
   clear(select);
   for (const model of models.data || []) select.append(el("option", { text: model.id, attrs: { value: String(model.id) } }));
   select.value = "auto";
+  const feedback = byId("feedback-form");
+  feedback.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const button = /** @type {HTMLButtonElement} */ (/** @type {SubmitEvent} */ (event).submitter);
+    if (button) guarded(button, () => sendFeedback(button.value));
+  });
   const form = byId("ask-form");
   form.addEventListener("submit", (event) => {
     event.preventDefault();

@@ -123,6 +123,10 @@ async function openTrace(traceId) {
   field(fields, "Models", json(trace.models));
   field(fields, "Config hash", trace.config_hash);
   field(fields, "Chain link", trace.proof ? `seq ${trace.proof.seq}, mac ${trace.proof.mac}` : null);
+  // The askers' ratings, kept beside the chained trace.
+  const ratings = (trace.feedback || []).map((f) => `${f.rating === "up" ? "👍" : "👎"} ${f.user_id}`
+    + `${f.comment ? `: ${f.comment}` : ""} (${f.updated_at})`);
+  field(fields, "Feedback", ratings.length ? ratings.join("; ") : "none");
   const citations = byId("detail-citations");
   clear(citations);
   for (const citation of trace.citations || []) {
