@@ -7,6 +7,7 @@ The tests of this module run in order: the upload test writes the hostile docume
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -88,7 +89,7 @@ def ask(page: Any, question: str, pipeline: str) -> str:
     return page.text_content("#trace-id") or ""
 
 
-def test_user_asks_and_reads_the_cited_answer(page, stack):
+def test_user_asks_and_reads_the_cited_answer(page, stack, tmp_path):
     sign_in(page, stack, "alice")
     assert visible_tabs(page) == {"ask"}
     assert page.locator("#documents-view, #traces-view").count() == 0
@@ -106,6 +107,15 @@ def test_user_asks_and_reads_the_cited_answer(page, stack):
     assert seen and seen <= readable_markers("alice"), seen
     assert stack.keys["alice"] not in page.url
     asked["alice"] = trace_id
+
+    # Thumbs up with a comment, stored against the trace (the auditor test reads it back).
+    page.fill("#feedback-comment", "Found it in the policy.")
+    page.click("#feedback-form button[value='up']")
+    page.wait_for_function("() => document.querySelector('#feedback-status').textContent.startsWith('Thanks')")
+    assert page.text_content("#feedback-status") == "Thanks: marked helpful."
+    artifacts = Path(os.environ.get("DOCQA_TEST_ARTIFACTS", tmp_path))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(artifacts / "answer-feedback.png"), full_page=True)
 
 
 def test_admin_uploads_sees_the_job_finish_and_deletes(page, stack):
@@ -161,6 +171,7 @@ def test_auditor_opens_the_trace_and_verifies_the_chain(page, stack):
     assert page.text_content("#detail-id") == trace_id
     fields = page.inner_text("#detail-fields")
     assert "alice (acme)" in fields and "standard" in fields and "completed" in fields
+    assert "👍 alice: Found it in the policy." in fields
 
     steps = page.locator("#detail-steps details.step")
     assert steps.count() >= 2
