@@ -19,6 +19,7 @@ from typing import Any
 from docqa.access import AccessScope
 from docqa.accounts.identity import Caller
 from docqa.audit.recorder import AuditedRun, record_stopped_before_start
+from docqa.conversation import RewrittenQuestion
 from docqa.errors import UnknownPipelineError
 from docqa.pipelines.base import QAPipeline, config_hash, validate_question
 from docqa.pipelines.registry import check_inputs
@@ -42,6 +43,8 @@ class Prepared:
     selection: dict[str, Any] = field(default_factory=dict)
     # Runtime inputs of the strategy's run (AT-RAG's as_of / patient_id), beside its build options.
     run_options: dict[str, Any] = field(default_factory=dict)
+    # A conversation's follow-up rewritten into `question` (`docqa.conversation.Rewrite`), recorded as a step.
+    rewrite: Any = None
 
 
 def prepare(context: ServerContext, question: str, pipeline: str, options: dict[str, Any],
@@ -115,7 +118,10 @@ async def answer_in_slot(
 
     def work() -> PipelineResult:
         control.check()  # stopped while queued for a thread: build nothing
-        pipeline = SelectedPipeline(context.pipelines.get(prepared.pipeline, prepared.options), prepared.selection)
+        pipeline: QAPipeline = SelectedPipeline(context.pipelines.get(prepared.pipeline, prepared.options),
+                                                prepared.selection)
+        if prepared.rewrite is not None:
+            pipeline = RewrittenQuestion(pipeline, prepared.rewrite)
         run = AuditedRun(pipeline, prepared.question, caller.scope(), caller.user_id, settings,
                          control=control, run_options=prepared.run_options)
         if on_step is None:

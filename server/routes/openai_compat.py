@@ -1,4 +1,5 @@
-"""OpenAI-compatible endpoints: every pipeline (and `auto`) is a model; the last user message is the question.
+"""OpenAI-compatible endpoints: every pipeline (and `auto`) is a model; the conversation's last user message,
+rewritten into a standalone question against the earlier ones (`docqa.conversation`), is the question.
 
 Any OpenAI client works: `OpenAI(base_url="http://host:8000/v1", api_key=KEY).chat.completions.create(
 model="standard", messages=[{"role": "user", "content": "..."}])`. The answer's citations and trace id are in
@@ -12,12 +13,14 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from docqa.accounts.identity import Caller
+from docqa.conversation import Rewrite, standalone_question
 from docqa.result import PipelineResult
 from docqa.server.answering import AUTO, Prepared, answer, prepare
 from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT, ApiError
@@ -90,12 +93,24 @@ def question_from(messages: list[ChatMessageIn]) -> str:
     raise ApiError(422, "invalid_request", "messages contain no user message")
 
 
+def conversation_from(messages: list[ChatMessageIn]) -> Rewrite | None:
+    """The whole history's user turns, the last rewritten into a standalone question; None for a single turn.
+
+    The history is the caller's own request, read with the caller's scope like the question itself.
+    """
+    question_from(messages)  # 422 without any user message
+    turns = [text for message in messages if message.role == "user" and (text := _text_of(message.content)).strip()]
+    return standalone_question(turns) if len(turns) > 1 else None
+
+
 def _docqa_extra(result: PipelineResult, prepared: Prepared) -> dict[str, Any]:
     return {
         "trace_id": result.trace_id,
         "pipeline": result.pipeline,
         "selection": prepared.selection,
         "citations": [c.to_dict() for c in result.citations],
+        # The question the pipeline answered: a follow-up rewritten against the conversation, else the last turn.
+        "question": result.question,
         "answer_source": result.answer_source,
         "answer_note": result.answer_note,
     }
@@ -125,7 +140,11 @@ async def chat_completions(
     # Sampling parameters are ignored; a strategy's runtime inputs (as_of, patient_id) ride as extra body fields.
     extra = body.model_extra or {}
     inputs = {name: extra[name] for name in RUN_INPUTS if extra.get(name) is not None}
-    prepared = prepare(context, question_from(body.messages), body.model, {}, inputs)
+    rewrite = conversation_from(body.messages)
+    if rewrite is None:
+        prepared = prepare(context, question_from(body.messages), body.model, {}, inputs)
+    else:
+        prepared = replace(prepare(context, rewrite.question, body.model, {}, inputs), rewrite=rewrite)
     created = int(time.time())
     if not body.stream:
         result = await answer(context, caller, prepared, disconnected=request.is_disconnected)
