@@ -25,6 +25,7 @@ class ATRAGRound:
     """What AT-RAG's loop carries from one retrieval to the next, and, once it stops, the draft result.
 
     `filters` are the question's own (patient, window, record types), always AND'ed with docqa's access filters.
+    Treat a round as immutable, its lists and dicts included: make a new one with `replace`.
     """
 
     queries: list[str]
@@ -40,10 +41,19 @@ class ATRAGRound:
     def replace(self, **changes: Any) -> ATRAGRound:
         return dataclasses.replace(self, **changes)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ATRAGRound:
+        # Haystack deep-copies every component input and output. A round is never changed in place (components
+        # make a new one with `replace`, and only read its lists and dicts), so a copy at every hop is only cost.
+        return self
+
     def to_dict(self) -> dict[str, Any]:
-        # Documents as ids: the step trail summarises them elsewhere, and a round is shown in several steps.
-        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "cited_documents"},
-                "cited_document_ids": [d.id for d in self.cited_documents]}
+        """What the step trail shows of a round (it passes through several steps): the query, record scope and
+        table are shown in full once, by the resolver and record table steps; documents by id."""
+        table = self.table
+        return {"queries": list(self.queries), "mode": self.mode, "filters": self.filters,
+                "table": None if table is None else {k: table.get(k) for k in ("total", "shown", "offset")},
+                "answer": self.answer, "cited_document_ids": [d.id for d in self.cited_documents],
+                "stop_reason": self.stop_reason}
 
 
 def plan_round(question: str, scope: TimeScope, record_query: RecordQuery,

@@ -44,7 +44,8 @@ class RecordTableAnswer:
     def run(self, result: ATRAGRound) -> dict[str, Any]:
         """
         :param result: The final round (answer, cited documents, stop reason, table).
-        :returns: `answer`, `cited_documents`, `citations` (record citations, or None to cite the documents),
+        :returns: `answer`, `cited_documents` (none with a table), `citations` (record citations, or None to cite
+            the documents),
             `stop_reason`, `table` and `answer_source` (`model` or `record_table`).
         """
         out: dict[str, Any] = {"answer": result.answer, "cited_documents": result.cited_documents,
@@ -54,7 +55,8 @@ class RecordTableAnswer:
             return out
         if not usable(result.answer):
             out.update(answer=result.table["description"], answer_source="record_table")
-        out["citations"] = record_citations(result.table, self.snippet_chars)
+        # The table's records are the citations; the documents behind them need not travel (or be copied) again.
+        out.update(citations=record_citations(result.table, self.snippet_chars), cited_documents=[])
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -92,7 +92,10 @@ class TestGradedLoop:
         result = pipeline.run("What is the capital of France?", SCOPE)
         kinds = [s.kind for s in result.steps]
         assert kinds.count("retrieval") == 3 and kinds.count("grading") == 3 and kinds.count("rewrite") == 2
-        assert result.stop_reason == STOP_MAX_ITERATIONS and result.answer == "Lyon"
+        assert result.stop_reason == STOP_MAX_ITERATIONS
+        # The last answer is the result; graded ungrounded, it is shown as quoted passages, labelled extracted.
+        assert _step(result, "fallback").inputs["model_answer"] == "Lyon"
+        assert result.answer_source == "extracted" and "Lyon" not in result.answer
         assert ranked.queries == ["What is the capital of France?", "capital city France", "France capital"]
         grades = [s.outputs for s in result.steps if s.kind == "grading"]
         assert all(g["passed"] is False and g["grounded"] is False for g in grades)
