@@ -38,7 +38,10 @@ MAX_CONCURRENCY = 32
 def _plan_schema(max_items: int) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {"sub_questions": {"type": "array", "items": {"type": "string"}, "maxItems": max_items}},
+        # At least one: a constrained small model otherwise settles for the empty list (the paper always plans);
+        # verification (i) is where a sub-question turns out not to be needed.
+        "properties": {"sub_questions": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                                         "maxItems": max_items}},
         "required": ["sub_questions"],
         "additionalProperties": False,
     }
