@@ -124,7 +124,7 @@ async function openTrace(traceId) {
   field(fields, "Config hash", trace.config_hash);
   field(fields, "Chain link", trace.proof ? `seq ${trace.proof.seq}, mac ${trace.proof.mac}` : null);
   // The askers' ratings, kept beside the chained trace.
-  const ratings = (trace.feedback || []).map((f) => `${f.rating === "up" ? "👍" : "👎"} ${f.user_id}`
+  const ratings = (trace.feedback || []).map((f) => `thumbs ${f.rating} from ${f.user_id}`
     + `${f.comment ? `: ${f.comment}` : ""} (${f.updated_at})`);
   field(fields, "Feedback", ratings.length ? ratings.join("; ") : "none");
   const citations = byId("detail-citations");

@@ -171,7 +171,7 @@ def test_auditor_opens_the_trace_and_verifies_the_chain(page, stack):
     assert page.text_content("#detail-id") == trace_id
     fields = page.inner_text("#detail-fields")
     assert "alice (acme)" in fields and "standard" in fields and "completed" in fields
-    assert "👍 alice: Found it in the policy." in fields
+    assert "thumbs up from alice: Found it in the policy." in fields
 
     steps = page.locator("#detail-steps details.step")
     assert steps.count() >= 2
