@@ -45,12 +45,12 @@ from docqa.components.atrag_controller import (
     ATRAGController,
     ATRAGRound,
 )
-from docqa.components.atrag_retriever import MODE_EXACT_RECORDS, RECORD_SUMMARY_ID, ATRAGRetriever
+from docqa.components.atrag_retriever import MODE_EXACT_RECORDS, ATRAGRetriever
 from docqa.components.cot_answer_generator import CoTAnswerGenerator
 from docqa.components.prompt_templates import load_prompt, prompt_fingerprint
 from docqa.components.query_rewriter import QueryRewriter
 from docqa.components.record_query_resolver import RecordQueryResolver
-from docqa.components.record_table_answer import RecordTableAnswer, record_citations
+from docqa.components.record_table_answer import RecordTableAnswer
 from docqa.components.record_table_builder import RecordTableBuilder
 from docqa.components.record_window_retriever import RecordWindowRetriever
 from docqa.components.time_scope_resolver import TimeScopeResolver
@@ -62,8 +62,8 @@ from docqa.pipelines.options import ATRAGInputs, ATRAGOptions
 from docqa.pipelines.registry import register
 from docqa.runtime import Runtime
 
-__all__ = ["MODE_EXACT_RECORDS", "RECORD_SUMMARY_ID", "STOP_ACCEPTED", "STOP_MAX_ITERATIONS", "STOP_NO_NEW_QUERY",
-           "ATRAGPipeline", "build_atrag", "record_citations"]
+__all__ = ["MODE_EXACT_RECORDS", "STOP_ACCEPTED", "STOP_MAX_ITERATIONS", "STOP_NO_NEW_QUERY", "ATRAGPipeline",
+           "build_atrag"]
 
 INPUT_NAMES = tuple(ATRAGInputs.model_fields)
 KINDS = {"round_joiner": "routing", "final_joiner": "routing", "rewrite_router": "routing",

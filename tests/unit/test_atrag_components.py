@@ -176,3 +176,47 @@ class TestRecordWindowRetriever:
     def test_round_trip(self) -> None:
         retriever = RecordWindowRetriever(InMemoryDocumentStore(), top_k=7)
         assert RecordWindowRetriever.from_dict(retriever.to_dict()).top_k == 7
+
+
+class TestATRAGController:
+    def _resolved(self, store: EmbeddedDocumentStore, question: str, patient: str | None = "p1") -> dict:
+        from docqa.components.record_query_resolver import RecordQueryResolver
+
+        out = RecordQueryResolver(store).run(question=question, as_of=AS_OF, patient_id=patient)
+        return {"scope": out["scope"], "record_query": out["query"], "record_filters": out["filters"]}
+
+    @pytest.mark.parametrize(("question", "patient", "mode"), [
+        ("Lab results since 2019?", "p1", "exact_records"),       # names what (labs) and when: exact
+        ("What happened in the last two years?", "p1", "record_window"),
+        ("What is the capital of France?", None, "ranked"),
+    ])
+    def test_the_first_round_says_how_to_retrieve(self, tmp_path: Path, question: str, patient: str | None,
+                                                  mode: str) -> None:
+        from docqa.components.atrag_controller import ATRAGController
+
+        store = EmbeddedDocumentStore(str(tmp_path / "store.sqlite3"))
+        state = ATRAGController().run(question=question, **self._resolved(store, question, patient))["state"]
+        assert (state.mode, state.queries) == (mode, [question])
+        assert (state.filters is None) == (mode == "ranked")
+
+    def test_graded_rounds_stop_or_ask_for_a_rewrite(self) -> None:
+        import copy
+
+        from docqa.components.atrag_controller import ATRAGController, ATRAGRound
+
+        controller = ATRAGController(max_iterations=2)
+        first = ATRAGRound(queries=["q"], mode="ranked")
+        accepted = controller.run(question="q", state=first, answer="a", cited_documents=DOCS, passed=True)
+        assert set(accepted) == {"final"} and accepted["final"].stop_reason == "answer_accepted"
+        assert accepted["final"].cited_documents == DOCS
+        retry = controller.run(question="q", state=first, answer="a", passed=False, feedback="unsupported")
+        assert (retry["previous_queries"], retry["rewrite_feedback"]) == (["q"], "unsupported")
+        assert retry["pending"].stop_reason == "no_new_query" and "final" not in retry
+        last = controller.run(question="q", state=first.replace(queries=["q", "q2"]), answer="b", passed=False)
+        assert last["final"].stop_reason == "max_iterations" and last["final"].answer == "b"
+        assert copy.deepcopy(first) is first  # immutable: Haystack's copies at every hop are skipped
+        assert ATRAGController.from_dict(controller.to_dict()).max_iterations == 2
+        with pytest.raises(ValueError):
+            ATRAGController(max_iterations=0)
+        with pytest.raises(ValueError):
+            controller.run(question="q")
