@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from docqa.access import EVERYONE, AccessScope
+from docqa.access import DEFAULT_COLLECTION, EVERYONE, AccessScope
 from docqa.errors import DocqaError
 from docqa.settings import Settings
 
@@ -68,7 +68,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         raise DocqaError(f"no such file or directory: {', '.join(missing)}")
     report = ingest_paths(
         _runtime(settings), paths, tenant=args.tenant or settings.tenant, access=args.allow or [EVERYONE],
-        progress=not args.quiet,
+        progress=not args.quiet, collection=args.collection,
     )
     _print_ingest_report(report)
     for path in paths:
@@ -270,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", help="tenant the documents belong to (default: DOCQA_TENANT)")
     p.add_argument("--allow", action="append", metavar="PRINCIPAL",
                    help=f"principal allowed to read the documents (repeatable; default: {EVERYONE})")
+    p.add_argument("--collection", default=DEFAULT_COLLECTION,
+                   help=f"collection the documents belong to, a source for mspr (default: {DEFAULT_COLLECTION})")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=cmd_ingest)
 
