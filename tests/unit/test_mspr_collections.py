@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +75,13 @@ def test_the_collection_filter_never_widens_access(runtime, tmp_path):
 def test_collection_names_must_fit_the_sources_setting(runtime, tmp_path, name):
     with pytest.raises(DocqaError, match="invalid collection name"):
         ingest_paths(runtime, [tmp_path], "acme", ["everyone"], embedder=CountingEmbedder(), collection=name)
+
+
+def test_the_cli_refuses_a_collection_name_the_sources_setting_could_not_name(tmp_path):
+    (tmp_path / "a.txt").write_text("text")
+    env = {**os.environ, "DOCQA_DATA_DIR": str(tmp_path / "data")}
+    proc = subprocess.run([sys.executable, "-m", "docqa.cli", "ingest", "-q", "--collection", "a,b",
+                           str(tmp_path / "a.txt")], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode != 0
+    assert [line for line in proc.stderr.splitlines() if line.strip()] == [
+        "error: invalid collection name 'a,b': use 1-64 letters, digits, '_', '.' or '-'"]
