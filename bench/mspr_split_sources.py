@@ -48,6 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=4, help="MSPR's AWI")
     parser.add_argument("--max-reviews", type=int, default=1, help="MSPR's SRT")
     parser.add_argument("--no-ors-off", action="store_true", help="skip the MSPR run without refinement")
+    parser.add_argument("--strategies", default=None,
+                        help="comma-separated subset of standard/primary,standard/both,mspr,mspr/no-ors")
     parser.add_argument("--output", type=Path, default=None, help="one JSON line per question and strategy")
     return parser.parse_args(argv)
 
@@ -143,6 +145,8 @@ def measure(result: Any, supporting: tuple[str, ...], passage_of: dict[str, str]
         "prompt_words": sum(len(p.split()) for p in prompts),
         "stop_reason": result.stop_reason,
         "errors": [s.outputs["error"] for s in retrievals if s.outputs.get("error")],
+        "searches": [[s.outputs.get("source", "store"), s.inputs.get("query"), len(s.outputs.get("documents", []))]
+                     for s in retrievals],
     }
 
 
@@ -191,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.no_ors_off:
         strategies["mspr/no-ors"] = (build_pipeline("mspr", runtime, refine=False, **mspr_options), None)
+    if args.strategies:
+        keep = {name.strip() for name in args.strategies.split(",")}
+        strategies = {name: value for name, value in strategies.items() if name in keep}
     scope = AccessScope(TENANT, frozenset({PRINCIPAL}))
     print(f"models {runtime.models_by_role()}; top_k {args.top_k}; AWI {args.max_steps}; SRT {args.max_reviews}",
           flush=True)
@@ -216,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                         output.flush()
                     print(f"[{dataset} {name}] {row['wall_s']:.1f} s recall={row['recall']:.2f} "
                           f"sources={row['sources']} steps={row['steps']} calls={row['llm_calls']} "
-                          f"stop={row['stop_reason']} answer={row['answer']!r}", file=sys.stderr, flush=True)
+                          f"stop={row['stop_reason']} searches={row['searches']} answer={row['answer']!r}",
+                          file=sys.stderr, flush=True)
     finally:
         web.close()
         if output is not None:

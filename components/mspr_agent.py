@@ -39,13 +39,15 @@ def action_schema(actions: tuple[str, ...]) -> dict[str, Any]:
 
 
 def parse_decision(data: dict[str, Any] | None, actions: tuple[str, ...], *, forced: bool) -> AgentDecision:
-    """A decision from the model's JSON; `malformed` when the action is unknown or its input empty."""
+    """A decision from the model's JSON; `malformed` when the action is unknown, or its input empty or an
+    action name."""
     if not isinstance(data, dict):
         return AgentDecision(malformed=True, forced_answer=forced)
     thought, action, action_input = data.get("thought"), data.get("action"), data.get("action_input")
     if not isinstance(action, str) or action.strip() not in actions:
         return AgentDecision(malformed=True, forced_answer=forced)
-    if not isinstance(action_input, str) or not action_input.strip():
+    if not isinstance(action_input, str) or not action_input.strip() or action_input.strip().lower() in ACTIONS:
+        # An action name as the input is the prompt echoed back (small models do), not a query or an answer.
         return AgentDecision(action=action.strip(), malformed=True, forced_answer=forced)
     return AgentDecision(
         thought=(thought if isinstance(thought, str) else "").strip()[:_MAX_FIELD_CHARS],

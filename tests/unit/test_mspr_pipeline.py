@@ -224,6 +224,12 @@ class TestBounds:
         assert result.stop_reason == STOP_MALFORMED_ACTION and result.answer == "" and result.citations == []
         assert [s.outputs["decision"]["malformed"] for s in _steps(result, "agent")] == [True, True]
 
+    def test_an_action_name_as_the_query_is_malformed(self, settings):
+        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_secondary", "search_primary"),
+                                                    step("search_secondary", "Answer ")])])
+        result = _run(settings, llm)
+        assert result.stop_reason == STOP_MALFORMED_ACTION and _retrievals(result) == []
+
     def test_one_malformed_step_is_recovered_by_the_retry(self, settings):
         llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", ""), step("search_primary", "hotel"),
                                                     step("answer", "180 euros")]), (PREFER, "Yes")],
