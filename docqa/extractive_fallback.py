@@ -120,7 +120,7 @@ class Extraction:
 
 def extract_answer(question: str, passages: Sequence[Any], max_sentences: int = MAX_SENTENCES) -> Extraction:
     """The passages' sentences that best match the question (BM25 over sentences), at most `max_sentences`."""
-    candidates = [(sentence, doc) for doc in passages for sentence in split_sentences(doc.content or "")]
+    candidates = [(sentence, doc) for doc in passages for sentence in split_sentences(_body(doc))]
     query = set(_terms(question))
     if not candidates or not query:
         return Extraction("", [], [])
@@ -146,6 +146,16 @@ def extract_answer(question: str, passages: Sequence[Any], max_sentences: int = 
             documents.append(doc)
         lines.append(f"{sentence} [{documents.index(doc) + 1}]")
     return Extraction("\n".join(lines), documents, chosen)
+
+
+def _body(doc: Any) -> str:
+    """The passage without its document title: converters put a Markdown heading on the first sentence's line
+    ("Travel and expense policy Employees submit ..."), which would otherwise be quoted as part of it."""
+    content = doc.content or ""
+    title = str((doc.meta or {}).get("title") or "").strip()
+    if title and content.startswith(title) and content[len(title):len(title) + 1].isspace():
+        return content[len(title):].lstrip()
+    return content
 
 
 def split_sentences(text: str) -> list[str]:

@@ -119,6 +119,11 @@ class TestExtraction:
         assert extraction.text.splitlines() == [
             f"Expense reports rule {i}: submit expense reports soon. [{i + 1}]" for i in range(3)]
 
+    def test_the_document_title_run_into_the_first_sentence_is_not_quoted(self):
+        doc = Document(id="p", content="Travel and expense policy Employees submit expense reports within 30 days.",
+                       meta={"title": "Travel and expense policy"})
+        assert extract_answer(QUESTION, [doc]).text == "Employees submit expense reports within 30 days. [1]"
+
     def test_duplicate_sentences_of_overlapping_chunks_appear_once(self):
         docs = [Document(id="a", content=POLICY), Document(id="b", content=POLICY)]
         extraction = extract_answer(QUESTION, docs)
