@@ -201,7 +201,7 @@ def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
             documents += parse_fhir_bundle(path, tenant=tenant, access=access)
         else:
             raise DocqaError(f"no such file or directory: {path}")
-    from docqa.pipelines.topic_admin import refit_topic_model, tenant_topic_assigner, topic_model_status
+    from docqa.topics import refit_topic_model, tenant_topic_assigner, topic_model_status
 
     runtime = _runtime(settings)
     embedder = runtime.document_embedder()
@@ -229,7 +229,7 @@ def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.pipelines.topic_admin import refit_topic_model, topic_model_status
+    from docqa.topics import refit_topic_model, topic_model_status
 
     tenant = args.tenant or settings.tenant
     if args.action == "status":
