@@ -29,6 +29,7 @@ from docqa.recording import run_concurrently, sub_step
 from docqa.run_control import LLMBudgetExceededError, current_run
 
 MAX_SUB_QUESTION_CHARS = 300
+PLAN_ITEM_CHARS = 160
 # Ceilings of the constructor's bounds, whatever a deployment configures: one question stays affordable.
 MAX_DEPTH = 4
 MAX_BREADTH = 10
@@ -40,8 +41,9 @@ def _plan_schema(max_items: int) -> dict[str, Any]:
         "type": "object",
         # At least one: a constrained small model otherwise settles for the empty list (the paper always plans);
         # verification (i) is where a sub-question turns out not to be needed.
-        "properties": {"sub_questions": {"type": "array", "items": {"type": "string"}, "minItems": 1,
-                                         "maxItems": max_items}},
+        # Short items: a reply cut off by the token cap is unreadable JSON, so the schema keeps the plan within it.
+        "properties": {"sub_questions": {"type": "array", "items": {"type": "string", "maxLength": PLAN_ITEM_CHARS},
+                                         "minItems": 1, "maxItems": max_items}},
         "required": ["sub_questions"],
         "additionalProperties": False,
     }
@@ -140,7 +142,7 @@ class ConTReTreeExpander:
         max_llm_calls: int = 64,
         concurrency: int = 4,
         max_passage_chars: int = 1200,
-        plan_tokens: int = 256,
+        plan_tokens: int = 400,
         plan_template: str | None = None,
         verify_template: str | None = None,
         relevance_template: str | None = None,
