@@ -30,5 +30,5 @@ def test_demo_prints_an_answer_line_with_a_citation(local_llm_settings, tmp_path
     sources = proc.stdout.split("Sources:", 1)[1]
     assert cited, proc.stdout
     if answer_lines[0].startswith("No answer from the model"):
-        assert cited[0].startswith("Extracted: ") and "30 days" in cited[0], proc.stdout
+        assert cited[0].startswith("Extracted: Employees submit expense reports within 30 days"), proc.stdout
     assert "expense_policy.md" in sources, proc.stdout
