@@ -327,6 +327,7 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
         ("docqa.feedback", "add_feedback_commands"),
         ("docqa.server.cli", "add_server_commands"),
         ("docqa.ingestion.cli", "add_ingest_commands"),
+        ("docqa.evaluation.cli", "add_eval_commands"),
     )
     import importlib
 
