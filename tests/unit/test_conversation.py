@@ -92,3 +92,20 @@ def test_a_single_turn_is_asked_as_is_without_a_rewrite_step(server):
     assert body["docqa"]["question"] == "Where is Halcyon headquartered?"
     trace = client.get(f"/v1/traces/{body['docqa']['trace_id']}", headers=auth(keys["audrey"])).json()
     assert [s["kind"] for s in trace["steps"]] == ["generation"]
+
+
+def test_the_official_openai_client_resolves_the_follow_up(server):
+    from openai import OpenAI
+
+    client, keys, llm = server
+    # TestClient is an httpx.Client: the official client talks to the in-process app through it.
+    openai = OpenAI(base_url="http://testserver/v1", api_key=keys["alice"], http_client=client)
+    messages: list = [{"role": "user", "content": "Where is Halcyon headquartered?"}]
+    first = openai.chat.completions.create(model="no_retrieval", messages=messages)
+    assert first.choices[0].message.content == "In Oslo."
+    messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "and when was it founded?"}]
+    second = openai.chat.completions.create(model="no_retrieval", messages=messages)
+    assert second.choices[0].message.content == "In 1998."
+    assert "When was Halcyon founded?" in llm.calls[-1]["prompt"]
+    assert second.model_extra["docqa"]["question"] == "When was Halcyon founded?"
