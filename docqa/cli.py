@@ -325,6 +325,7 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
         ("docqa.audit.cli", "add_audit_commands"),
         ("docqa.audit.cli", "add_db_commands"),
         ("docqa.feedback", "add_feedback_commands"),
+        ("docqa.conversations_store", "add_conversation_commands"),
         ("docqa.server.cli", "add_server_commands"),
         ("docqa.ingestion.cli", "add_ingest_commands"),
         ("docqa.evaluation.cli", "add_eval_commands"),

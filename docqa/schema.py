@@ -22,6 +22,7 @@ MODEL_MODULES = (
     "docqa.accounts.models",
     "docqa.ingestion.models",
     "docqa.feedback",
+    "docqa.conversations_store",
 )
 
 

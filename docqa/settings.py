@@ -131,6 +131,10 @@ class Settings(BaseSettings):
     ingest_max_attempts: int = Field(default=3, ge=1)
     ingest_task_expires_s: int = Field(default=7 * 24 * 3600, ge=60)
 
+    # Stored conversations untouched for longer are deleted (`docqa conversations purge`, or lazily when a user
+    # lists theirs) and no longer readable; 0 keeps them until their owner deletes them.
+    conversation_retention_days: int = Field(default=0, ge=0)
+
     # Audit trail keys. Unset means key files generated once under data_dir/audit (0600); every host that
     # writes or verifies one shared database must be given the same keys.
     audit_hmac_key: SecretStr | None = None

@@ -29,6 +29,7 @@ from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, build_rate_
 from docqa.server.routes import (
     accounts,
     audit_events,
+    conversations,
     documents,
     feedback,
     health,
@@ -88,7 +89,8 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     )
     app.add_middleware(RejectNulMiddleware)
     _add_error_handlers(app)
-    for module in (health, query, openai_compat, accounts, me, documents, traces, feedback, audit_events, ui):
+    for module in (health, query, openai_compat, accounts, me, documents, traces, feedback, conversations,
+                   audit_events, ui):
         app.include_router(module.router)
     return app
 

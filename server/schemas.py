@@ -26,6 +26,9 @@ class QueryRequest(BaseModel):
                                    description="atrag: the patient a time-scoped question is about.")
     record_offset: int | None = Field(default=None, ge=0, description=(
         "atrag: records to skip (newest first) when an exact record set is larger than max_scoped_records."))
+    conversation_id: str | None = Field(default=None, min_length=1, max_length=36, description=(
+        "Ask in one of your stored conversations (a follow-up is rewritten against its earlier questions), or "
+        "'new' to start one; the answer is stored as the conversation's next turn."))
 
     def run_inputs(self) -> dict[str, Any]:
         return {name: value for name in RUN_INPUTS if (value := getattr(self, name)) is not None}
@@ -52,6 +55,7 @@ class QueryResponse(BaseModel):
     stop_reason: str | None = None
     totals: dict[str, Any]
     steps: list[dict[str, Any]]
+    conversation_id: str | None = Field(default=None, description="The conversation this answer was stored in.")
 
 
 def query_response(result: PipelineResult, selection: dict[str, Any]) -> dict[str, Any]:

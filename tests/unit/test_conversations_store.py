@@ -1,0 +1,141 @@
+"""Stored conversations through the API: /v1/query with conversation_id stores each turn with its trace id,
+a follow-up is rewritten from the stored history, the owner lists, reopens and deletes them, nobody else can read
+or continue one, and the retention setting purges old ones."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from docqa.cli import main
+from docqa.conversations_store import Conversation
+from docqa.db import session_factory
+from docqa.schema import downgrade_database, upgrade_database
+from docqa.settings import Settings
+from tests.support.audit import schema_differences
+from tests.support.scripted_chat import ScriptedChatGenerator
+from tests.support.server_app import auth, build_test_app
+
+
+@pytest.fixture
+def server(tmp_path):
+    llm = ScriptedChatGenerator(rules=[(r"Halcyon founded", "In 1998."), (r"Halcyon", "In Oslo.")],
+                                default="I do not know.")
+    app, keys = build_test_app(tmp_path, llm, conversation_retention_days=30)
+    with TestClient(app) as client:
+        yield client, keys, llm, tmp_path / "data"
+
+
+def _ask(client: TestClient, key: str, question: str, conversation_id: str | None = "new", **extra):
+    body = {"question": question, "pipeline": "no_retrieval", "conversation_id": conversation_id, **extra}
+    return client.post("/v1/query", headers=auth(key), json=body)
+
+
+def test_a_stored_conversation_is_continued_with_a_rewritten_follow_up(server):
+    client, keys, llm, _ = server
+    first = _ask(client, keys["alice"], "Where is Halcyon headquartered?").json()
+    conversation_id = first["conversation_id"]
+    assert first["answer"] == "In Oslo." and conversation_id
+    # The client sends only the follow-up: the history comes from the store.
+    second = _ask(client, keys["alice"], "and when was it founded?", conversation_id).json()
+    assert second["answer"] == "In 1998." and second["conversation_id"] == conversation_id
+    assert "When was Halcyon founded?" in llm.calls[-1]["prompt"]
+    assert [s["kind"] for s in second["steps"]] == ["rewrite", "generation"]
+
+    reopened = client.get(f"/v1/conversations/{conversation_id}", headers=auth(keys["alice"])).json()
+    assert reopened["title"] == "Where is Halcyon headquartered?"
+    assert [(t["position"], t["question"], t["standalone_question"], t["answer"], t["trace_id"])
+            for t in reopened["turns"]] == [
+        (1, "Where is Halcyon headquartered?", "Where is Halcyon headquartered?", "In Oslo.", first["trace_id"]),
+        (2, "and when was it founded?", "When was Halcyon founded?", "In 1998.", second["trace_id"]),
+    ]
+    trace = client.get(f"/v1/traces/{second['trace_id']}", headers=auth(keys["audrey"])).json()
+    assert trace["question"] == "When was Halcyon founded?"
+
+
+def test_a_query_without_conversation_id_stores_nothing(server):
+    client, keys, _, _ = server
+    body = _ask(client, keys["alice"], "Where is Halcyon headquartered?", None).json()
+    assert body["conversation_id"] is None
+    assert client.get("/v1/conversations", headers=auth(keys["alice"])).json() == {"conversations": []}
+
+
+def test_owners_list_and_delete_their_conversations(server):
+    client, keys, _, _ = server
+    older = _ask(client, keys["alice"], "Where is Halcyon headquartered?").json()["conversation_id"]
+    newer = _ask(client, keys["alice"], "Who founded Globex?").json()["conversation_id"]
+    _ask(client, keys["bob"], "Where is Halcyon headquartered?")
+    listed = client.get("/v1/conversations", headers=auth(keys["alice"])).json()["conversations"]
+    assert [(c["id"], c["title"]) for c in listed] == [(newer, "Who founded Globex?"),
+                                                       (older, "Where is Halcyon headquartered?")]
+    assert client.delete(f"/v1/conversations/{older}", headers=auth(keys["alice"])).status_code == 204
+    assert client.get(f"/v1/conversations/{older}", headers=auth(keys["alice"])).status_code == 404
+    assert [c["id"] for c in client.get("/v1/conversations", headers=auth(keys["alice"])).json()
+            ["conversations"]] == [newer]
+    assert _ask(client, keys["alice"], "and when was it founded?", older).status_code == 404
+
+
+@pytest.mark.parametrize("user,status", [("bob", 404), ("zed", 404), ("root", 404), ("audrey", 403)])
+def test_nobody_else_reads_continues_or_deletes_a_conversation(server, user, status):
+    client, keys, llm, _ = server
+    conversation_id = _ask(client, keys["alice"], "Where is Halcyon headquartered?").json()["conversation_id"]
+    calls = len(llm.calls)
+    assert client.get(f"/v1/conversations/{conversation_id}", headers=auth(keys[user])).status_code == status
+    assert _ask(client, keys[user], "and when was it founded?", conversation_id).status_code == status
+    assert client.delete(f"/v1/conversations/{conversation_id}", headers=auth(keys[user])).status_code == status
+    listed = client.get("/v1/conversations", headers=auth(keys[user]))
+    assert listed.status_code == status or listed.json() == {"conversations": []}
+    assert len(llm.calls) == calls  # the refused follow-up never reached the model
+    turns = client.get(f"/v1/conversations/{conversation_id}", headers=auth(keys["alice"])).json()["turns"]
+    assert len(turns) == 1
+
+
+def test_a_streamed_answer_is_stored_too(server):
+    client, keys, _, _ = server
+    with client.stream("POST", "/v1/query", headers=auth(keys["alice"]), json={
+            "question": "Where is Halcyon headquartered?", "pipeline": "no_retrieval", "conversation_id": "new",
+            "stream": True}) as response:
+        lines = list(response.iter_lines())
+    result = next(json.loads(line[6:]) for i, line in enumerate(lines)
+                  if line.startswith("data: ") and lines[i - 1] == "event: result")
+    stored = client.get(f"/v1/conversations/{result['conversation_id']}", headers=auth(keys["alice"])).json()
+    assert [t["trace_id"] for t in stored["turns"]] == [result["trace_id"]]
+
+
+def _age(data_dir, conversation_id: str, days: int) -> None:
+    with session_factory(Settings(data_dir=data_dir))() as session:
+        session.execute(update(Conversation).where(Conversation.id == conversation_id)
+                        .values(updated_at=datetime.now(UTC) - timedelta(days=days)))
+        session.commit()
+
+
+def test_conversations_past_the_retention_period_are_gone(server, monkeypatch, capsys):
+    client, keys, _, data_dir = server
+    old = _ask(client, keys["alice"], "Where is Halcyon headquartered?").json()["conversation_id"]
+    kept = _ask(client, keys["alice"], "Who founded Globex?").json()["conversation_id"]
+    _age(data_dir, old, 31)
+    _age(data_dir, kept, 29)
+    assert client.get(f"/v1/conversations/{old}", headers=auth(keys["alice"])).status_code == 404
+    assert _ask(client, keys["alice"], "and when was it founded?", old).status_code == 404
+
+    monkeypatch.setenv("DOCQA_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("DOCQA_CONVERSATION_RETENTION_DAYS", "30")
+    assert main(["conversations", "purge"]) == 0
+    assert "1 conversations untouched for more than 30 days deleted" in capsys.readouterr().out
+    with session_factory(Settings(data_dir=data_dir))() as session:
+        assert [c.id for c in session.query(Conversation)] == [kept]
+
+
+def test_the_migration_matches_the_model_and_downgrades(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    url = settings.resolved_database_url()
+    upgrade_database(settings)
+    assert schema_differences(url) == []
+    downgrade_database(settings, "0006_answer_feedback")
+    assert schema_differences(url) != []
+    upgrade_database(settings)
+    assert schema_differences(url) == []
