@@ -130,6 +130,10 @@ class Settings(BaseSettings):
     ingest_items_per_task: int = Field(default=8, ge=1, le=256)
     ingest_max_attempts: int = Field(default=3, ge=1)
     ingest_task_expires_s: int = Field(default=7 * 24 * 3600, ge=60)
+    # Topic models are fitted automatically after a records ingestion when a tenant has none yet, or when its
+    # corpus has grown by this fraction since the last fit (a background job on the workers when a broker is set).
+    topic_autofit: bool = True
+    topic_refit_growth: float = Field(default=0.25, gt=0.0, le=100.0)
 
     # Stored conversations untouched for longer are deleted (`docqa conversations purge`, or lazily when a user
     # lists theirs) and no longer readable; 0 keeps them until their owner deletes them.
@@ -140,6 +144,13 @@ class Settings(BaseSettings):
     audit_hmac_key: SecretStr | None = None
     # Ed25519 private key for signed checkpoints: base64 of the 32-byte seed, or a PEM (PKCS#8) block.
     audit_signing_key: SecretStr | None = None
+    # Audit retention policy: `docqa audit retain` archives links older than `audit_retention_days` (default about
+    # six months, the EU AI Act's minimum for automatic logs); a run or policy keeping less than
+    # `audit_retention_floor_days` is refused.
+    audit_retention_days: int = Field(default=183, ge=1)
+    audit_retention_floor_days: int = Field(default=183, ge=0)
+    # SIEM collector `docqa audit export --format ocsf|ecs` streams to when no --out is given (http(s) URL).
+    audit_export_url: str | None = None
 
     def store_dir(self) -> Path:
         return self.data_dir / "store"

@@ -44,15 +44,26 @@ def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:
     checkpoint.add_argument("--out", type=Path, required=True)
     checkpoint.set_defaults(handler=checkpoint_command)
 
-    export = commands.add_parser("export", help="write traces and events with chain proofs as JSON Lines")
-    export.add_argument("--out", type=Path, required=True, help="file to write; '-' for stdout (ecs only)")
-    export.add_argument("--since", type=_timestamp, help="ISO date/time (UTC unless given), inclusive")
-    export.add_argument("--until", type=_timestamp, help="ISO date/time (UTC unless given), exclusive")
-    export.add_argument("--format", choices=("jsonl", "ecs"), default="jsonl",
-                        help="jsonl: chain-proof lines (verifiable); ecs: Elastic Common Schema lines for a SIEM")
+    export = commands.add_parser(
+        "export", help="write traces and events with chain proofs: verifiable JSON Lines, or OCSF/ECS for a SIEM")
+    export.add_argument("--out", type=Path,
+                        help="file to write; '-' for stdout (ocsf/ecs); ocsf/ecs without it: DOCQA_AUDIT_EXPORT_URL")
+    export.add_argument("--url", help="ocsf/ecs: POST to this HTTP collector (default DOCQA_AUDIT_EXPORT_URL)")
+    export.add_argument("--since", type=_timestamp, help="jsonl: ISO date/time (UTC unless given), inclusive")
+    export.add_argument("--until", type=_timestamp, help="jsonl: ISO date/time (UTC unless given), exclusive")
+    export.add_argument("--format", choices=("jsonl", "ocsf", "ecs"), default="jsonl",
+                        help="jsonl: chain-proof lines (verifiable); ocsf: OCSF 1.3 events (API Activity, Account "
+                             "Change, Authentication) with chain proofs; ecs: Elastic Common Schema lines")
     export.add_argument("--after-seq", type=int, default=0,
-                        help="ecs: only links after this sequence number (resume from the last shipped one)")
-    export.add_argument("--events-only", action="store_true", help="ecs: events only, no traces")
+                        help="ocsf/ecs: only links after this sequence number")
+    export.add_argument("--resume", action="store_true",
+                        help="ocsf/ecs: continue after the last sequence already shipped (the file's last line, "
+                             "or the state file for stdout/HTTP)")
+    export.add_argument("--state", type=Path,
+                        help="ocsf/ecs to stdout/HTTP: where the last shipped sequence is kept "
+                             "(default <data_dir>/audit/export-<format>.state)")
+    export.add_argument("--tenant", help="ocsf/ecs: one tenant's links only")
+    export.add_argument("--events-only", action="store_true", help="ocsf/ecs: events only, no traces")
     export.set_defaults(handler=export_command)
 
     access = commands.add_parser("access", help="could a principal read a document at a time? (exit 0 yes, 1 no)")
@@ -124,19 +135,47 @@ def checkpoint_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def export_command(args: argparse.Namespace, settings: Settings) -> int:
-    if args.format == "ecs":
-        from docqa.audit.siem import export_ecs
-
-        out = None if str(args.out) == "-" else args.out
-        with session_factory(settings)() as session:
-            count = export_ecs(session, out, after_seq=args.after_seq, events_only=args.events_only)
-        print(f"{count} ECS records written to {args.out}", file=sys.stderr)
-        return OK
-    if str(args.out) == "-":
-        return _usage("--out - (stdout) is for --format ecs")
+    if args.format in ("ocsf", "ecs"):
+        return _ship_command(args, settings)
+    if args.out is None or str(args.out) == "-":
+        return _usage("jsonl export needs --out FILE (stdout and collectors are for --format ocsf or ecs)")
     with session_factory(settings)() as session:
         count = export_jsonl(session, args.out, since=args.since, until=args.until)
     print(f"{count} traces and events written to {args.out}")
+    return OK
+
+
+def _ship_command(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.audit.ocsf import ocsf_lines
+    from docqa.audit.shipping import FileSink, HttpSink, Sink, StdoutSink, ship
+    from docqa.audit.siem import ecs_seq_lines
+
+    if args.since or args.until:
+        return _usage("--since/--until are for jsonl; resume a SIEM stream with --resume or --after-seq")
+    state = args.state or settings.data_dir / "audit" / f"export-{args.format}.state"
+    url = args.url or (settings.audit_export_url if args.out is None else None)
+    sink: Sink
+    try:
+        if args.out is not None and str(args.out) != "-":
+            sink, where = FileSink(args.out), str(args.out)
+        elif args.out is not None:
+            sink, where = StdoutSink(state), "stdout"
+        elif url:
+            sink, where = HttpSink(url, state=state), url
+        else:
+            return _usage("give --out FILE, --out - (stdout), --url or DOCQA_AUDIT_EXPORT_URL")
+    except ValueError as exc:
+        return _usage(str(exc))
+    state.parent.mkdir(parents=True, exist_ok=True)
+    render = ocsf_lines if args.format == "ocsf" else ecs_seq_lines
+    try:
+        with session_factory(settings)() as session:
+            count = ship(session, sink, render=render, resume=args.resume, after_seq=args.after_seq,
+                         tenant=args.tenant, events_only=args.events_only)
+    except OSError as exc:
+        print(f"export stopped: {exc}; run again with --resume to continue", file=sys.stderr)
+        return FAILED
+    print(f"{count} {args.format.upper()} records shipped to {where}", file=sys.stderr)
     return OK
 
 

@@ -51,11 +51,13 @@ SIGNIN_FAILED = "auth.signin_failed"
 TOPICS_REFIT = "topics.refit"
 RETENTION_RUN = "audit.retention"
 CHECKPOINT_SIGNED = "audit.checkpoint"
+# Configuration that changes answers (a pipeline loaded from YAML, models, prompts, limits), recorded by hash.
+CONFIG_LOADED = "config.loaded"
 
 ACTIONS = (
     KEY_ISSUED, KEY_REVOKED, USER_CREATED, USER_CHANGED, USER_DEACTIVATED, GROUP_CREATED, GROUP_MEMBER_ADDED,
     GROUP_MEMBER_REMOVED, DOCUMENT_INGESTED, DOCUMENT_DELETED, DOCUMENT_ACCESS_CHANGED, RECORDS_INGESTED,
-    SIGNIN_FAILED, TOPICS_REFIT, RETENTION_RUN, CHECKPOINT_SIGNED,
+    SIGNIN_FAILED, TOPICS_REFIT, RETENTION_RUN, CHECKPOINT_SIGNED, CONFIG_LOADED,
 )
 # Events of no tenant (a failed sign-in before anyone is known, a retention run) are kept under this name.
 SYSTEM_TENANT = "-"

@@ -46,6 +46,7 @@ _CATEGORIES: dict[str, tuple[list[str], list[str]]] = {
     ev.TOPICS_REFIT: (["configuration"], ["change"]),
     ev.RETENTION_RUN: (["configuration"], ["deletion"]),
     ev.CHECKPOINT_SIGNED: (["configuration"], ["info"]),
+    ev.CONFIG_LOADED: (["configuration"], ["change"]),
 }
 
 
@@ -89,6 +90,15 @@ def ecs_lines(session: Session, *, after_seq: int = 0, tenant: str | None = None
         if (tenant is not None and link.tenant != tenant) or (events_only and not is_event(link)):
             continue
         yield json.dumps(ecs_record(link), sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def ecs_seq_lines(session: Session, *, after_seq: int = 0, tenant: str | None = None,
+                  events_only: bool = False) -> Iterator[tuple[int, bytes]]:
+    """(seq, ECS line) pairs, for `shipping.ship`."""
+    for link in iter_links(session, after_seq=after_seq):
+        if (tenant is not None and link.tenant != tenant) or (events_only and not is_event(link)):
+            continue
+        yield int(link.seq), json.dumps(ecs_record(link), sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
 def export_ecs(session: Session, out: Path | None, *, after_seq: int = 0, events_only: bool = False) -> int:

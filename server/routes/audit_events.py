@@ -1,4 +1,4 @@
-"""Auditor endpoints for audit events: list and filter, export (chain-proof JSON Lines or ECS), and "could this
+"""Auditor endpoints for audit events: list and filter, export (chain-proof JSON Lines, OCSF or ECS), and "could this
 principal read this document then?". Auditors see their own tenant's events only.
 """
 
@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from docqa.audit.access import replay_access
 from docqa.audit.event_queries import EventFilter, export_event_lines, iter_events, list_events
+from docqa.audit.ocsf import ocsf_record
 from docqa.audit.siem import ecs_record
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError
 from docqa.server.auth import AuditorCaller, ContextDep
@@ -60,12 +61,12 @@ def get_events(
     return EventPage(total=total, limit=limit, offset=offset, events=events)
 
 
-@router.get("/events/export", summary="Export the tenant's events as JSON Lines (chain proofs, or ECS for a SIEM)",
+@router.get("/events/export", summary="Export the tenant's events as JSON Lines (chain proofs, or OCSF/ECS for a SIEM)",
             responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}}})
 def export_events(
     caller: AuditorCaller,
     context: ContextDep,
-    format: Literal["jsonl", "ecs"] = "jsonl",
+    format: Literal["jsonl", "ocsf", "ecs"] = "jsonl",
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> StreamingResponse:
@@ -78,8 +79,9 @@ def _export(context: ServerContext, where: EventFilter, format: str) -> Iterator
         if format == "jsonl":
             yield from export_event_lines(session, where)
             return
+        render = ocsf_record if format == "ocsf" else ecs_record
         for row in iter_events(session, where):
-            yield json.dumps(ecs_record(row), sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
+            yield json.dumps(render(row), sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
 @router.get("/access", response_model=AccessOut,
