@@ -104,6 +104,10 @@ def _normalised(text: str) -> str:
     return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
 
 
+def _content_words(text: str) -> set[str]:
+    return {word for word in re.findall(r"[a-z0-9]+", text.lower()) if len(word) >= 4}
+
+
 @component
 class ConTReTreeExpander:
     """
@@ -289,7 +293,11 @@ class ConTReTreeExpander:
         if needed == "No":
             node.status = REJECTED_NOT_NEEDED
             return
-        query = _clean_sub_question(verdict.get("query") if verdict else None) or node.sub_question
+        query = _clean_sub_question(verdict.get("query") if verdict else None)
+        # A rewrite sharing no word with what it rewrites is an echo of the prompt's instructions (small models
+        # copy them): search with the sub-question as planned instead.
+        if not _content_words(query) & _content_words(f"{node.sub_question} {parent.sub_question} {tree.question}"):
+            query = node.sub_question
         node.query = query
         if step is not None:
             step.inputs = {**step.inputs, "query": query, "filters": filters}

@@ -78,7 +78,8 @@ def _relevance(prompt: str) -> str:
 class Script:
     """A scripted LLM for the tree: plans per parent, verdicts and relevance by content, numbered summaries."""
 
-    def __init__(self, plans: dict[str, Any] | None = None, default_plan: Any = None, delay: float = 0.0) -> None:
+    def __init__(self, plans: dict[str, Any] | None = None, default_plan: Any = None, delay: float = 0.0,
+                 verify: str | None = None) -> None:
         self.plans = plans or {}
         self.default_plan = default_plan if default_plan is not None else {"sub_questions": []}
         self.delay = delay
@@ -86,7 +87,7 @@ class Script:
         self.max_active = 0
         self._lock = threading.Lock()
         self.llm = ScriptedChatGenerator(rules=[
-            (PLAN, self._plan), (VERIFY, self._timed(_verify)), (RELEVANCE, _relevance),
+            (PLAN, self._plan), (VERIFY, verify or self._timed(_verify)), (RELEVANCE, _relevance),
             (SUMMARY, self._summary), (ANSWER, self._answer),
         ])
 
@@ -206,6 +207,15 @@ class TestTreeShape:
         assert {"id": "recipe", "reason": "judged irrelevant"} in soup["dropped"]
         assert "recipe" not in [c.document_id for c in result.citations]
         assert not any("recipe" in p for p in script.prompts(SUMMARY) + script.prompts(ANSWER))
+
+    def test_a_rewrite_that_echoes_the_prompt_falls_back_to_the_sub_question(self) -> None:
+        script = Script({QUESTION: {"sub_questions": ["How were the boats damaged?"]}},
+                        verify='{"needed": "Yes", "query": "the rewritten search query, or empty"}')
+        retriever = _retriever()
+        result = _contregen(script, retriever, max_depth=1).run(QUESTION, ALICE)
+
+        assert _nodes(result)["0.1"]["query"] == "How were the boats damaged?"
+        assert [call["query"] for call in retriever.calls] == [QUESTION, "How were the boats damaged?"]
 
     def test_passages_already_in_the_tree_are_not_judged_again(self) -> None:
         plan = {QUESTION: {"sub_questions": ["What did the storm do to the harbour town docks?"]}}
