@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from docqa.run_control import OUTCOME_CANCELLED, OUTCOME_TIMED_OUT, RunControl, 
 from docqa.server.api_errors import ApiError
 from docqa.server.auto_select import choose_pipeline
 from docqa.server.context import ServerContext
+from docqa.token_stream import TokenSink, stream_answer_tokens
 
 AUTO = "auto"
 # How often a non-streaming request checks whether its client is still connected.
@@ -99,9 +101,12 @@ async def answer(
 
 async def answer_in_slot(
     context: ServerContext, caller: Caller, prepared: Prepared, on_step: Callable[[Step], None] | None = None,
-    disconnected: Callable[[], Awaitable[bool]] | None = None,
+    disconnected: Callable[[], Awaitable[bool]] | None = None, on_token: TokenSink | None = None,
 ) -> PipelineResult:
     """Run `prepared` in the query thread pool; the caller already holds a query slot.
+
+    `on_step` gets each finished step and `on_token(text, call)` each token of an answer the model writes, in
+    the run's thread.
 
     At the query timeout, when `disconnected()` turns true, or when this task is cancelled (a streaming client
     left), the run is stopped: its trace is written at once as `timed_out`/`cancelled` and its thread stops at
@@ -124,9 +129,11 @@ async def answer_in_slot(
             pipeline = RewrittenQuestion(pipeline, prepared.rewrite)
         run = AuditedRun(pipeline, prepared.question, caller.scope(), caller.user_id, settings,
                          control=control, run_options=prepared.run_options)
-        if on_step is None:
-            return run.run()
-        with listen_to_steps(on_step):
+        with ExitStack() as listening:
+            if on_step is not None:
+                listening.enter_context(listen_to_steps(on_step))
+            if on_token is not None:
+                listening.enter_context(stream_answer_tokens(on_token))
             return run.run()
 
     loop = asyncio.get_running_loop()

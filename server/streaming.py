@@ -1,4 +1,5 @@
-"""Streaming a question's run: its steps as they finish, then its result or error, inside a held query slot.
+"""Streaming a question's run: its steps as they finish, its answer's tokens as the model writes them, then its
+result or error, inside a held query slot.
 
 Both streaming endpoints take the slot before the response starts, so overload is still a 503 rather than an
 error inside a stream, and hand it back when the response ends, even if the client left early.
@@ -53,14 +54,18 @@ class SlotStreamingResponse(StreamingResponse):
 async def run_events(
     context: ServerContext, caller: Caller, prepared: Prepared
 ) -> AsyncIterator[tuple[str, Any]]:
-    """("step", step dict) per finished step, then ("result", PipelineResult) or ("error", error body)."""
+    """("step", step dict) per finished step, ("token", {"text", "call"}) per token of an answer the model
+    writes (a preview: the result's answer is authoritative), then ("result", PipelineResult) or ("error", body)."""
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     loop = asyncio.get_running_loop()
 
     def on_step(step: Step) -> None:  # called in the pipeline's thread
         loop.call_soon_threadsafe(queue.put_nowait, ("step", step.to_dict()))
 
-    task = asyncio.ensure_future(answer_in_slot(context, caller, prepared, on_step))
+    def on_token(text: str, call: int) -> None:  # called in the pipeline's thread
+        loop.call_soon_threadsafe(queue.put_nowait, ("token", {"text": text, "call": call}))
+
+    task = asyncio.ensure_future(answer_in_slot(context, caller, prepared, on_step, on_token=on_token))
     task.add_done_callback(lambda _task: queue.put_nowait(("done", None)))
     try:
         while True:

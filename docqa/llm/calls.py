@@ -23,6 +23,7 @@ from docqa.errors import LLMUnavailableError
 from docqa.recording import record_llm_call
 from docqa.result import LLMUsage
 from docqa.run_control import bounded_max_tokens, current_run
+from docqa.token_stream import accepts_streaming_callback, answer_streaming_callback
 
 YES_NO_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -91,9 +92,13 @@ def _one_line(exc: Exception) -> str:
 
 
 def _run_generator(
-    generator: ChatGenerator, prompt: str, generation_kwargs: dict[str, Any], *, raise_rejected: bool
+    generator: ChatGenerator, prompt: str, generation_kwargs: dict[str, Any], *, raise_rejected: bool,
+    streaming_callback: Any = None,
 ) -> dict[str, Any]:
     try:
+        if streaming_callback is not None and accepts_streaming_callback(generator):
+            return generator.run(messages=[ChatMessage.from_user(prompt)],  # type: ignore[call-arg]
+                                 generation_kwargs=generation_kwargs, streaming_callback=streaming_callback)
         return generator.run(messages=[ChatMessage.from_user(prompt)], generation_kwargs=generation_kwargs)
     except Exception as exc:
         if raise_rejected and _is_rejected_request(exc):
@@ -146,7 +151,10 @@ def _call(
     """One recorded call. A refused request raises the SDK error when `raise_rejected` (to try another
     request shape), else `LLMUnavailableError` like every endpoint failure."""
     generation_kwargs = _bounded(generation_kwargs, prompt)
-    result = _run_generator(generator, prompt, generation_kwargs, raise_rejected=raise_rejected)
+    # An answer streams its tokens to the asker when the server listens (constrained output never does).
+    streaming = None if "response_format" in generation_kwargs else answer_streaming_callback(purpose)
+    result = _run_generator(generator, prompt, generation_kwargs, raise_rejected=raise_rejected,
+                            streaming_callback=streaming)
     replies = result.get("replies") or []
     reply = replies[0] if replies else None
     text = (reply.text if reply is not None else None) or ""

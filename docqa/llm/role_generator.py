@@ -13,12 +13,14 @@ Usage:
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from docqa.settings import LLM_ROLES
+from docqa.token_stream import accepts_streaming_callback
 
 
 @component
@@ -65,13 +67,19 @@ class RoleChatGenerator:
         return getattr(self.delegate, "api_base_url", None)
 
     @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None,
+            streaming_callback: Callable[[StreamingChunk], None] | None = None) -> dict[str, Any]:
         """
         :param messages: the conversation.
         :param generation_kwargs: passed to the role's generator.
+        :param streaming_callback: called with each token chunk, when the role's generator can stream.
         :returns: the role generator's `{"replies": [...]}`.
         """
-        return self.delegate.run(messages=messages, generation_kwargs=generation_kwargs)
+        delegate = self.delegate
+        if streaming_callback is not None and accepts_streaming_callback(delegate):
+            return delegate.run(messages=messages, generation_kwargs=generation_kwargs,
+                                streaming_callback=streaming_callback)
+        return delegate.run(messages=messages, generation_kwargs=generation_kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, role=self.role)

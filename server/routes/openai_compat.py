@@ -4,7 +4,7 @@ rewritten into a standalone question against the earlier ones (`docqa.conversati
 Any OpenAI client works: `OpenAI(base_url="http://host:8000/v1", api_key=KEY).chat.completions.create(
 model="standard", messages=[{"role": "user", "content": "..."}])`. The answer's citations and trace id are in
 the extra `docqa` field of the completion (and of the final chunk when streaming). A stream starts at once and
-stays alive with one SSE comment per finished step; pipelines answer whole, so the text follows their last step.
+stays alive with one SSE comment per finished step, then the answer's tokens arrive as the model writes them.
 """
 
 from __future__ import annotations
@@ -173,8 +173,13 @@ async def _chunks(
     context: ServerContext, caller: Caller, prepared: Prepared, completion_id: str, created: int, model: str
 ) -> AsyncIterator[str]:
     """chat.completion.chunk events: the role at once, an SSE comment per finished step (clients ignore
-    comments; proxies see a live connection during long strategies), then the answer, or an `error` event,
-    which OpenAI clients raise as an API error."""
+    comments; proxies see a live connection during long strategies), the tokens of the first answer the model
+    writes as they come, then the rest of the answer, or an `error` event, which OpenAI clients raise as an API
+    error.
+
+    Deltas cannot be taken back: when the final answer is not what was streamed (a later attempt, or extracted
+    sentences replacing an unusable reply), it follows the streamed draft after a `---` line.
+    """
 
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
         body = {
@@ -188,16 +193,24 @@ async def _chunks(
         return f"data: {json.dumps(body)}\n\n"
 
     yield chunk({"role": "assistant", "content": ""})
+    streamed = ""
     async for kind, data in run_events(context, caller, prepared):
         if kind == "step":
             yield f": step {data.get('index', '')} {data.get('kind', '')}\n\n"
+        elif kind == "token":
+            if data["call"] == 1:
+                streamed += data["text"]
+                yield chunk({"content": data["text"]})
         elif kind == "error":
             yield f"data: {json.dumps(data)}\n\n"
             return
         else:
             result: PipelineResult = data
             text = _content(result)
-            for start in range(0, len(text), STREAM_PIECE_CHARS):
-                yield chunk({"content": text[start : start + STREAM_PIECE_CHARS]})
+            # The answer is the streamed reply stripped (and possibly cut or completed by the strategy).
+            shown = streamed.strip()
+            rest = text[len(shown):] if text.startswith(shown) else f"\n\n---\n{text}"
+            for start in range(0, len(rest), STREAM_PIECE_CHARS):
+                yield chunk({"content": rest[start : start + STREAM_PIECE_CHARS]})
             yield chunk({}, "stop", usage=_usage(result), docqa=_docqa_extra(result, prepared))
     yield "data: [DONE]\n\n"
