@@ -3,6 +3,7 @@
 Each handler is `handler(args, settings) -> exit code`.
 
     docqa jobs submit docs/ --tenant acme --allow group:hr --wait   # job id at once; --wait shows progress
+    docqa jobs submit archive/ --collection archive                  # a collection mspr can search as a source
     docqa jobs status JOB_ID [--json]
     docqa jobs resume JOB_ID
     docqa jobs delete SOURCE_ID --tenant acme
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from docqa.access import EVERYONE
+from docqa.access import DEFAULT_COLLECTION, EVERYONE
 from docqa.errors import DocqaError
 from docqa.settings import Settings
 
@@ -39,6 +40,7 @@ def cmd_jobs_submit(args: argparse.Namespace, settings: Settings) -> int:
         access=args.allow or [EVERYONE],
         paths=[Path(p) for p in args.paths],
         submitted_by=args.submitted_by,
+        collection=args.collection,
         on_item=(lambda _item: bar.update(1)) if bar is not None else None,
     )
     if bar is not None:
@@ -112,6 +114,8 @@ def add_ingest_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tenant", help="tenant the documents belong to (default: DOCQA_TENANT)")
     p.add_argument("--allow", action="append", metavar="PRINCIPAL",
                    help=f"principal allowed to read the documents (repeatable; default: {EVERYONE})")
+    p.add_argument("--collection", default=DEFAULT_COLLECTION,
+                   help=f"collection the documents belong to, a source for mspr (default: {DEFAULT_COLLECTION})")
     p.add_argument("--submitted-by", dest="submitted_by", default="cli")
     p.add_argument("--wait", action="store_true", help="with a broker: wait for the job, showing progress")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

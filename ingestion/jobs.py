@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from docqa.access import validate_access_meta
+from docqa.access import DEFAULT_COLLECTION, validate_access_meta
 from docqa.errors import DocqaError, UnreadableFileError
 from docqa.ingestion.converters import check_size, file_type_of
 from docqa.ingestion.database import job_sessions
@@ -36,7 +36,7 @@ from docqa.ingestion.models import (
     IngestJob,
     IngestPayload,
 )
-from docqa.ingestion.pipeline import ItemResult, expand_labelled_paths
+from docqa.ingestion.pipeline import ItemResult, check_collection_name, expand_labelled_paths
 from docqa.ingestion.processing import finish_job_if_done, process_items
 from docqa.ingestion.record_bundles import is_record_bundle
 from docqa.settings import Settings
@@ -65,6 +65,7 @@ def submit_job(
     uploads: Iterable[Upload] = (),
     submitted_by: str | None = None,
     on_item: Callable[[ItemResult], None] | None = None,
+    collection: str = DEFAULT_COLLECTION,
 ) -> str:
     """Record a job with one item per file and start it; returns the job id.
 
@@ -73,19 +74,22 @@ def submit_job(
     :param paths: files or directories read now, on the submitting machine; the source id is the absolute path.
     :param uploads: files sent as bytes.
     :param on_item: called per finished item when the job runs in-process (no broker).
-    :raises DocqaError: without tenant or principals.
+    :param collection: the collection every chunk is written to (`docqa ingest --collection`'s naming rule).
+    :raises DocqaError: without tenant or principals, or with an invalid collection name.
     """
     try:
         validate_access_meta({"tenant": tenant, "access": list(access)})
     except ValueError as exc:
         raise DocqaError(f"cannot ingest: {exc}") from exc
+    collection = check_collection_name(collection)
     job_id = str(uuid.uuid4())
     # An item's name is what citations show: the path below the folder given (or the file's or upload's name).
     files = [(str(path), label, path) for path, label in expand_labelled_paths(paths)]
     files += [(upload.source_id or upload.name, upload.name, upload) for upload in uploads]
     queued: list[int] = []
     with job_sessions(settings).begin() as session:
-        job = IngestJob(id=job_id, tenant=tenant, access=sorted(set(access)), submitted_by=submitted_by)
+        job = IngestJob(id=job_id, tenant=tenant, access=sorted(set(access)), submitted_by=submitted_by,
+                        collection=collection)
         session.add(job)
         for position, (source_id, name, origin) in enumerate(files):
             item = IngestItem(job_id=job_id, position=position, source_id=source_id, name=name, status=ITEM_QUEUED)
@@ -148,6 +152,7 @@ def job_status(settings: Settings, job_id: str) -> dict[str, Any]:
             "job_id": job.id,
             "status": job.status,
             "tenant": job.tenant,
+            "collection": job.collection,
             "items_total": sum(counts.values()),
             "items_done": sum(n for status, n in counts.items() if status in ITEM_FINAL),
             "items_queued": counts.get(ITEM_QUEUED, 0),

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, ForeignKey, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from docqa.access import DEFAULT_COLLECTION
 from docqa.db import Base
 
 ITEM_QUEUED = "queued"
@@ -60,6 +61,8 @@ class IngestJob(Base):
     access: Mapped[list[str]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(32), default=JOB_QUEUED)
     submitted_by: Mapped[str | None] = mapped_column(String(128))
+    # The collection every chunk of the job is written to (a source mspr can search on its own).
+    collection: Mapped[str] = mapped_column(String(64), default=DEFAULT_COLLECTION, server_default=DEFAULT_COLLECTION)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from docqa.access import COLLECTION_FIELD
 from docqa.audit.events import DOCUMENT_INGESTED, RECORDS_INGESTED, append_event
 from docqa.audit.recorder import audit_session
 from docqa.ingestion.database import job_sessions
@@ -95,6 +96,7 @@ def _process_group(
         job = session.get(IngestJob, claimed[0].job_id)
         assert job is not None  # the foreign key guarantees it
         tenant, access, job_id, submitted_by = job.tenant, list(job.access), job.id, job.submitted_by
+        collection = job.collection
         payloads = dict(
             session.execute(
                 select(IngestPayload.item_id, IngestPayload.data).where(
@@ -105,7 +107,7 @@ def _process_group(
         work = [(item.id, item.attempts, item.source_id, item.name) for item in claimed]
     sources = [
         Source(source_id=source_id, name=name, data=payloads.get(item_id, b""), source=name,
-               meta={"ingest_job": job_id})
+               meta={"ingest_job": job_id, COLLECTION_FIELD: collection})
         for item_id, _, source_id, name in work
     ]
     documents = [source for source in sources if not is_record_bundle(source.name)]

@@ -12,7 +12,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, File, Form, Query, UploadFile, status
 from pydantic import BaseModel, Field
 
-from docqa.access import EVERYONE
+from docqa.access import DEFAULT_COLLECTION, EVERYONE
+from docqa.errors import DocqaError
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError, NotFound
 from docqa.server.auth import AdminCaller, ContextDep, RequestId
 
@@ -65,16 +66,24 @@ def upload_documents(
     context: ContextDep,
     files: Annotated[list[UploadFile], File(description="Text, Markdown, HTML, PDF or DOCX files")],
     access: Annotated[list[str], Form(description="Who may read them: everyone, user:<id>, group:<name>")],
+    collection: Annotated[str, Form(description=(
+        "The collection they belong to, a source mspr can search on its own (DOCQA_MSPR_SOURCES "
+        "`collection:NAME`): 1-64 letters, digits, '_', '.' or '-'"))] = DEFAULT_COLLECTION,
 ) -> JobCreated:
     from docqa.ingestion.jobs import Upload, submit_job
+    from docqa.ingestion.pipeline import check_collection_name
 
     if not files or len(files) > MAX_FILES:
         raise ApiError(422, "invalid_request", f"send between 1 and {MAX_FILES} files")
     principals = check_principals(access)
+    try:
+        collection = check_collection_name(collection)
+    except DocqaError as exc:
+        raise ApiError(422, "invalid_collection", exc.message) from None
     uploads = [Upload(name=f.filename or "upload", data=f.file.read()) for f in files]
     # Each written document's `document.ingested` event is committed with its item's outcome.
     job_id = submit_job(context.settings, tenant=caller.tenant, access=principals, uploads=uploads,
-                        submitted_by=caller.user_id)
+                        submitted_by=caller.user_id, collection=collection)
     return JobCreated(job_id=job_id)
 
 
