@@ -21,7 +21,7 @@ from docqa.audit.checkpoint import create_checkpoint, load_checkpoint, write_che
 from docqa.audit.events import CHECKPOINT_SIGNED, SYSTEM_TENANT, record_event
 from docqa.audit.export import export_jsonl
 from docqa.audit.keys import hmac_key, load_public_key, public_key_pem, signing_key, verify_key
-from docqa.audit.retention import ArchiveIntegrityError, retain, verify_archive
+from docqa.audit.retention import ArchiveIntegrityError, RetentionFloorError, retain, verify_archive
 from docqa.audit.verify import VerifyReport, verify_chain
 from docqa.db import session_factory
 from docqa.settings import Settings
@@ -84,8 +84,11 @@ def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:
     events_cmd.add_argument("--limit", type=int, default=50)
     events_cmd.set_defaults(handler=events_command)
 
-    retain_cmd = commands.add_parser("retain", help="archive traces asked before a date and drop them")
-    retain_cmd.add_argument("--before", type=_timestamp, required=True)
+    retain_cmd = commands.add_parser(
+        "retain", help="archive links older than the retention policy (or --before) and drop them; never below "
+                       "the floor (DOCQA_AUDIT_RETENTION_DAYS, DOCQA_AUDIT_RETENTION_FLOOR_DAYS)")
+    retain_cmd.add_argument("--before", type=_timestamp,
+                            help="ISO date/time cut-off (default: DOCQA_AUDIT_RETENTION_DAYS ago, 183 days)")
     retain_cmd.add_argument("--archive", type=Path, required=True)
     retain_cmd.set_defaults(handler=retain_command)
 
@@ -222,7 +225,7 @@ def events_command(args: argparse.Namespace, settings: Settings) -> int:
 def retain_command(args: argparse.Namespace, settings: Settings) -> int:
     try:
         report = retain(settings, before=args.before, archive=args.archive, actor=cli_actor())
-    except FileExistsError as exc:
+    except (FileExistsError, RetentionFloorError) as exc:
         return _usage(str(exc))
     except ArchiveIntegrityError as exc:
         print(str(exc), file=sys.stderr)

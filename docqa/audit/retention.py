@@ -4,8 +4,12 @@ The archived prefix is written (with chain proofs) and signed (`<archive>.checkp
 before the rows are deleted; a keyed anchor row records the last archived link, so the live chain still
 verifies from there and the archive verifies on its own against its checkpoint.
 
+Retention is a policy with a floor: without `before` the cut-off is `audit_retention_days` ago (default 183,
+about six months), and a cut-off or policy keeping less than `audit_retention_floor_days` is refused.
+
 Usage:
-    report = retain(settings, before=datetime(2026, 1, 1, tzinfo=UTC), archive=Path("audit-2025.jsonl"))
+    report = retain(settings, archive=Path("audit-2025.jsonl"))  # the policy's cut-off
+    report = retain(settings, before=datetime(2025, 1, 1, tzinfo=UTC), archive=Path("audit-2024.jsonl"))
     verify_archive(Path("audit-2025.jsonl"), hmac_key(settings), verify_key(settings)).ok
 """
 
@@ -14,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -37,6 +41,34 @@ class ArchiveIntegrityError(RuntimeError):
     """The chain to be archived does not verify: archiving it would destroy the evidence."""
 
 
+class RetentionFloorError(ValueError):
+    """A retention run or policy would keep less than the configured floor."""
+
+
+def check_policy(settings: Settings) -> None:
+    """:raises RetentionFloorError: the configured retention is shorter than the configured floor."""
+    if settings.audit_retention_days < settings.audit_retention_floor_days:
+        raise RetentionFloorError(
+            f"audit retention of {settings.audit_retention_days} days is below the floor of "
+            f"{settings.audit_retention_floor_days} days (DOCQA_AUDIT_RETENTION_FLOOR_DAYS)")
+
+
+def policy_cutoff(settings: Settings, now: datetime | None = None) -> datetime:
+    """The policy's cut-off: links older than `audit_retention_days` before `now` may be archived."""
+    check_policy(settings)
+    return (now or datetime.now(UTC)).astimezone(UTC) - timedelta(days=settings.audit_retention_days)
+
+
+def check_floor(settings: Settings, cutoff: datetime, now: datetime | None = None) -> None:
+    """:raises RetentionFloorError: archiving before `cutoff` would drop links younger than the floor."""
+    check_policy(settings)
+    floor = (now or datetime.now(UTC)).astimezone(UTC) - timedelta(days=settings.audit_retention_floor_days)
+    if settings.audit_retention_floor_days and as_utc(cutoff) > floor:
+        raise RetentionFloorError(
+            f"refusing to archive links after {floor.isoformat()}: the audit trail keeps at least "
+            f"{settings.audit_retention_floor_days} days (DOCQA_AUDIT_RETENTION_FLOOR_DAYS)")
+
+
 @dataclass(frozen=True)
 class RetentionReport:
     archived: int
@@ -50,12 +82,17 @@ def checkpoint_path(archive: Path) -> Path:
     return archive.with_name(archive.name + ".checkpoint.json")
 
 
-def retain(settings: Settings, *, before: datetime, archive: Path, actor: str = "system") -> RetentionReport:
-    """Archive and delete the longest chain prefix asked before `before`; nothing happens if it is empty.
+def retain(settings: Settings, *, before: datetime | None = None, archive: Path, actor: str = "system",
+           now: datetime | None = None) -> RetentionReport:
+    """Archive and delete the longest chain prefix asked before `before` (default: the policy's cut-off,
+    `audit_retention_days` ago); nothing happens if it is empty.
 
+    :raises RetentionFloorError: `before` (or the policy) would keep less than `audit_retention_floor_days`.
     :raises FileExistsError: the archive file already exists (archives are never overwritten).
     :raises ArchiveIntegrityError: the prefix does not verify.
     """
+    before = policy_cutoff(settings, now) if before is None else before
+    check_floor(settings, before, now)
     if archive.exists():
         raise FileExistsError(f"archive {archive} already exists")
     key, signer, cutoff = hmac_key(settings), signing_key(settings), as_utc(before)
@@ -98,7 +135,9 @@ def retain(settings: Settings, *, before: datetime, archive: Path, actor: str = 
         append_event(session, settings, tenant=SYSTEM_TENANT, actor=actor, action=RETENTION_RUN,
                      target=f"archive:{archive.name}",
                      after={"archived": checker.checked, "from_seq": start.seq + 1, "up_to_seq": head.seq,
-                            "before": cutoff.isoformat(), "archive_sha256": digest.hexdigest()})
+                            "before": cutoff.isoformat(), "archive_sha256": digest.hexdigest(),
+                            "policy_days": settings.audit_retention_days,
+                            "floor_days": settings.audit_retention_floor_days})
     return RetentionReport(checker.checked, start.seq + 1, head.seq, archive, checkpoint_path(archive))
 
 

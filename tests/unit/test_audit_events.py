@@ -432,3 +432,46 @@ class TestDocumentEvents:
             answer = replay_access(session, tenant="acme", principal="group:hr", document=chunk.id,
                                    at=utc(2100, 1, 1))
         assert answer.allowed and answer.events[0]["target"] == f"document:{chunk.meta['source_id']}"
+
+
+class TestRetentionPolicy:
+    """Retention is a policy with a floor: the default keeps about six months, nothing shorter is accepted."""
+
+    def test_the_policy_archives_what_is_older_than_six_months_and_records_the_run(self, settings, tmp_path):
+        from docqa.audit.retention import retain
+        from tests.support.audit import record
+
+        now = utc(2026, 11, 1)
+        record(settings, asked_at=now - timedelta(days=200))
+        record(settings, asked_at=now - timedelta(days=10))
+        report = retain(settings, archive=tmp_path / "old.jsonl", now=now)
+        assert (report.archived, report.up_to_seq) == (1, 1)
+        run = events_of(settings, action=ev.RETENTION_RUN)
+        assert len(run) == 1 and (run[0].after["policy_days"], run[0].after["floor_days"]) == (183, 183)
+
+    def test_a_cut_off_inside_the_floor_is_refused_and_leaves_no_trace_of_a_run(self, settings, tmp_path):
+        from docqa.audit.retention import RetentionFloorError, retain
+        from tests.support.audit import record, traces
+
+        now = utc(2026, 11, 1)
+        record(settings, asked_at=now - timedelta(days=100))
+        with pytest.raises(RetentionFloorError, match="183 days"):
+            retain(settings, before=now - timedelta(days=30), archive=tmp_path / "a.jsonl", now=now)
+        assert len(traces(settings)) == 1 and count(settings) == 0 and not (tmp_path / "a.jsonl").exists()
+
+    def test_a_policy_shorter_than_the_floor_is_refused(self, settings, tmp_path, capsys):
+        from docqa.audit.cli import retain_command
+        from docqa.audit.retention import RetentionFloorError, retain
+
+        short = settings.model_copy(update={"audit_retention_days": 90})
+        with pytest.raises(RetentionFloorError, match="below the floor"):
+            retain(short, archive=tmp_path / "a.jsonl")
+
+        class Args:
+            before, archive = None, tmp_path / "b.jsonl"
+
+        assert retain_command(Args, short) == 2
+        assert "below the floor" in capsys.readouterr().err
+        # A lower floor, set deliberately, allows the shorter policy.
+        lowered = short.model_copy(update={"audit_retention_floor_days": 30})
+        assert retain(lowered, archive=tmp_path / "c.jsonl").archived == 0

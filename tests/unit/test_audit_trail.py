@@ -149,10 +149,14 @@ class TestCli:
         assert self.run(settings, "audit", "export", "--out", str(tmp_path / "all.jsonl")) == 0
         # Three traces and the checkpoint's signing (an `audit.checkpoint` event, link 4).
         assert len((tmp_path / "all.jsonl").read_text().splitlines()) == 4
+        # Archiving links younger than the retention floor is refused (usage error) until the floor is lowered.
         assert self.run(settings, "audit", "retain", "--before", "2999-01-01",
+                        "--archive", str(tmp_path / "arch.jsonl")) == 2
+        no_floor = settings.model_copy(update={"audit_retention_floor_days": 0})
+        assert self.run(no_floor, "audit", "retain", "--before", "2999-01-01",
                         "--archive", str(tmp_path / "arch.jsonl")) == 0
         assert self.run(settings, "audit", "verify", "--archive", str(tmp_path / "arch.jsonl")) == 0
-        assert self.run(settings, "audit", "retain", "--before", "2999-01-01",
+        assert self.run(no_floor, "audit", "retain", "--before", "2999-01-01",
                         "--archive", str(tmp_path / "arch.jsonl")) == 2
         fill(settings, 2)  # links 6 and 7, after the retention run's event (link 5)
         tamper(settings, ("UPDATE audit_traces SET question = 'x' WHERE seq = 6", {}))
