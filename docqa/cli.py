@@ -201,7 +201,7 @@ def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
             documents += parse_fhir_bundle(path, tenant=tenant, access=access)
         else:
             raise DocqaError(f"no such file or directory: {path}")
-    from docqa.topics import refit_topic_model, tenant_topic_assigner, topic_model_status
+    from docqa.topics import refit_topic_model, schedule_topic_refit, tenant_topic_assigner, topic_model_status
 
     runtime = _runtime(settings)
     embedder = runtime.document_embedder()
@@ -224,6 +224,11 @@ def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
         else:
             print(f"topic model: refitted, version {info.version} ({info.n_topics} topics, {info.mode})")
             return 0
+    else:
+        # Fitted automatically when the tenant has none yet or its corpus grew enough since the last fit.
+        outcome = schedule_topic_refit(runtime, tenant)
+        if outcome:
+            print(outcome)
     print(topic_model_status(runtime, tenant).message())
     return 0
 
@@ -300,13 +305,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant")
     p.add_argument("--allow", action="append", metavar="PRINCIPAL", help="principal allowed to read (repeatable)")
     p.add_argument("--refit-topics", action="store_true", dest="refit_topics",
-                   help="fit a new topic model version for the tenant afterwards (else the status is reported)")
+                   help="fit a new topic model version for the tenant afterwards (else one is fitted "
+                        "automatically when none exists or the corpus grew enough, and the status is reported)")
     p.set_defaults(handler=cmd_records)
 
     p = sub.add_parser("topics", help="AT-RAG topic model administration")
     p.add_argument("action", choices=["refit", "status"],
                    help="refit: fit a new topic model version and re-tag the tenant's documents; "
-                        "status: whether the latest version covers the tenant's documents")
+                        "status: the versions, whether the latest covers the tenant's documents and when the "
+                        "next automatic refit is due")
     p.add_argument("--tenant")
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.set_defaults(handler=cmd_topics)

@@ -2,7 +2,7 @@
 
 Components stay thin: `TopicAssigner` (tags documents, assigns a question its topic) and `TopicFilteredRetriever`
 call into this module; the CLI (`docqa topics`), the server (POST /v1/records) and ingestion use the admin
-functions at the end (`refit_topic_model`, `topic_model_status`, `tenant_topic_assigner`).
+functions at the end (`refit_topic_model`, `schedule_topic_refit`, `topic_model_status`, `tenant_topic_assigner`).
 
 Fitting and storing versioned BERTopic models over precomputed embeddings:
 
@@ -21,6 +21,7 @@ Usage:
     model = store.load()            # latest version
     model.assign(query_embedding)   # (topic_id, probability)
     refit_topic_model(runtime, tenant="acme")          # admin: fit version N+1 and re-tag the tenant
+    schedule_topic_refit(runtime, "acme")              # after ingestion: fit if none or the corpus grew enough
     topic_model_status(runtime, "acme").message()      # missing, stale or current
 """
 
@@ -323,8 +324,9 @@ def tag_documents(model: FittedTopicModel, documents: list[Document], temperatur
 def refit_topic_model(runtime: Runtime, tenant: str) -> TopicModelInfo:
     """Fit version N+1 on every stored document of `tenant`, then tag and re-write those documents.
 
-    Re-fitting is never implicit: queries keep using the version their documents were tagged with until an admin
-    runs this. Documents are re-written with the new version's tags (same ids, so in place).
+    Queries keep using the version their documents were tagged with until this runs: by an admin
+    (`docqa topics refit`) or automatically after an ingestion (`schedule_topic_refit`). Documents are re-written
+    with the new version's tags (same ids, so in place).
 
     :raises ValueError: When the tenant has too few documents to fit a topic model.
     """
@@ -351,9 +353,13 @@ class TopicModelStatus:
     state: str
     version: int | None
     untagged: int | None
+    versions: tuple[int, ...] = ()
+    fitted_on: int | None = None
+    fitted_at: float | None = None
+    refit: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return {**asdict(self), "versions": list(self.versions)}
 
     def message(self) -> str:
         refit = f"docqa topics refit --tenant {self.tenant}"
@@ -364,7 +370,102 @@ class TopicModelStatus:
         if self.state == "stale":
             return (f"topic model: v{self.version} for tenant {self.tenant!r} is stale: {self.untagged} documents "
                     f"are not tagged with it; refit with `{refit}`")
-        return f"topic model: v{self.version} for tenant {self.tenant!r} covers all the tenant's documents"
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.fitted_at)) if self.fitted_at else "?"
+        earlier = f"; earlier versions {', '.join(f'v{v}' for v in self.versions[:-1])}" if self.versions[:-1] else ""
+        return (f"topic model: v{self.version} for tenant {self.tenant!r} covers all the tenant's documents "
+                f"(fitted {when} on {self.fitted_on} documents{earlier}; next automatic refit: {self.refit})")
+
+
+@dataclass(frozen=True)
+class RefitPlan:
+    """Whether a tenant's topic model should be (re)fitted now, and why."""
+
+    tenant: str
+    due: bool
+    reason: str
+    documents: int
+    fitted_on: int | None
+    version: int | None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _fitted_info(root: Path, version: int) -> TopicModelInfo:
+    # The info file alone: deciding whether to refit never loads BERTopic.
+    return TopicModelInfo(**json.loads((TopicModelStore(root).path_of(version) / INFO_FILE).read_text()))
+
+
+def _count(store: Any, filters: dict[str, Any]) -> int:
+    counter = getattr(store, "count_documents_by_filter", None)
+    return int(counter(filters)) if counter is not None else len(store.filter_documents(filters=filters))
+
+
+def topic_refit_due(runtime: Runtime, tenant: str) -> RefitPlan:
+    """Due when the tenant has no topic model and enough documents for one, or when its document count has grown
+    by `settings.topic_refit_growth` (a fraction) since the latest version was fitted."""
+    store = TopicModelStore(topic_model_dir(runtime.settings.data_dir, tenant))
+    documents = _count(runtime.document_store, {"field": "meta.tenant", "operator": "==", "value": tenant})
+    version = store.latest_version()
+    if version is None:
+        due = documents >= MIN_DOCUMENTS
+        reason = (f"no topic model yet, {documents} documents" if due
+                  else f"no topic model yet, but only {documents} documents (at least {MIN_DOCUMENTS} needed)")
+        return RefitPlan(tenant, due, reason, documents, None, None)
+    fitted_on = _fitted_info(store.root, version).n_documents
+    threshold = math.ceil(fitted_on * (1 + runtime.settings.topic_refit_growth))
+    due = documents >= threshold
+    reason = (f"corpus grew from {fitted_on} to {documents} documents since v{version}" if due
+              else f"v{version} was fitted on {fitted_on} documents; {documents} now (refit at {threshold})")
+    return RefitPlan(tenant, due, reason, documents, fitted_on, version)
+
+
+REFIT_TASK = "docqa.topics.refit"
+
+
+def refit_if_due(runtime: Runtime, tenant: str) -> str | None:
+    """Refit the tenant's topic model now if `topic_refit_due` says so, unless another process is fitting it.
+
+    :returns: What was done, for the caller to report; None when nothing was due or autofit is off.
+    """
+    if not runtime.settings.topic_autofit:
+        return None
+    plan = topic_refit_due(runtime, tenant)
+    if not plan.due:
+        return None
+    root = topic_model_dir(runtime.settings.data_dir, tenant)
+    root.mkdir(parents=True, exist_ok=True)
+    from filelock import Timeout
+
+    try:
+        # Concurrent uploads of one tenant fit once: a second caller finds the lock held and leaves it.
+        with FileLock(str(root / ".refit.lock"), timeout=0):
+            if not topic_refit_due(runtime, tenant).due:
+                return None
+            try:
+                info = refit_topic_model(runtime, tenant)
+            except ValueError as exc:  # e.g. too few documents with content and an embedding
+                return f"topic model: not fitted automatically ({exc})"
+    except Timeout:
+        return f"topic model: another process is already fitting tenant {tenant!r}'s model"
+    return (f"topic model: fitted v{info.version} automatically ({plan.reason}; {info.n_topics} topics, "
+            f"{info.mode})")
+
+
+def schedule_topic_refit(runtime: Runtime, tenant: str) -> str | None:
+    """After an ingestion: refit on the Celery workers when a broker is configured (they run it in the
+    background), else here and now. Returns what was done or queued (None when nothing was due)."""
+    if not runtime.settings.topic_autofit:
+        return None
+    if runtime.settings.broker_url:
+        plan = topic_refit_due(runtime, tenant)
+        if not plan.due:
+            return None
+        from docqa.ingestion.celery_app import celery_app_for
+
+        celery_app_for(runtime.settings).send_task(REFIT_TASK, args=[tenant])
+        return f"topic model: refit queued for the workers ({plan.reason})"
+    return refit_if_due(runtime, tenant)
 
 
 def tenant_topic_assigner(runtime: Runtime, tenant: str) -> TopicAssigner | None:
@@ -378,11 +479,17 @@ def tenant_topic_assigner(runtime: Runtime, tenant: str) -> TopicAssigner | None
 
 def topic_model_status(runtime: Runtime, tenant: str) -> TopicModelStatus:
     """How the tenant's latest topic model relates to its stored documents (reads only the untagged ones)."""
-    model = TopicModelStore(topic_model_dir(runtime.settings.data_dir, tenant)).load()
-    if model is None:
+    store = TopicModelStore(topic_model_dir(runtime.settings.data_dir, tenant))
+    versions = store.versions()
+    if not versions:
         return TopicModelStatus(tenant, "missing", None, None)
-    untagged = runtime.document_store.filter_documents(filters={"operator": "AND", "conditions": [
+    info = _fitted_info(store.root, versions[-1])
+    untagged = _count(runtime.document_store, {"operator": "AND", "conditions": [
         {"field": "meta.tenant", "operator": "==", "value": tenant},
-        {"field": f"meta.{VERSION_FIELD}", "operator": "!=", "value": model.version},
+        {"field": f"meta.{VERSION_FIELD}", "operator": "!=", "value": info.version},
     ]})
-    return TopicModelStatus(tenant, "stale" if untagged else "current", model.version, len(untagged))
+    plan = topic_refit_due(runtime, tenant)
+    refit = ("off (DOCQA_TOPIC_AUTOFIT=false)" if not runtime.settings.topic_autofit
+             else f"due now ({plan.reason})" if plan.due else plan.reason.split("; ", 1)[-1])
+    return TopicModelStatus(tenant, "stale" if untagged else "current", info.version, untagged, tuple(versions),
+                            info.n_documents, info.created_at, refit)

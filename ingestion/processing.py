@@ -140,6 +140,26 @@ def _process_group(
             if on_item is not None:
                 on_item(result)
         _finish_items(session, items)
+    if any(by_source[s.source_id].status == ITEM_WRITTEN for s in bundles):
+        _refit_topics_when_job_done(sessions, runtime, tenant, job_id)
+
+
+def _refit_topics_when_job_done(sessions: sessionmaker, runtime: Any, tenant: str, job_id: str) -> None:
+    # Once per job, not per batch: a model fitted on the first batch would be refitted again and again as the
+    # job's later batches grow the corpus. On a worker the refit goes to the queue as its own task.
+    with sessions() as session:
+        job = session.get(IngestJob, job_id)
+        if job is None or job.finished_at is None:
+            return
+    from docqa.topics import schedule_topic_refit
+
+    try:
+        outcome = schedule_topic_refit(runtime, tenant)
+    except Exception as exc:  # the records are written; a failed fit only leaves the topic filter as it was
+        logger.warning("topic model refit for tenant %s failed: %s", tenant, exc)
+        return
+    if outcome:
+        logger.info("%s", outcome)
 
 
 def _claim(session: Session, settings: Settings, item_ids: list[int]) -> list[IngestItem]:

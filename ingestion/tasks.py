@@ -1,4 +1,5 @@
-"""Thin Celery tasks: each calls `docqa.ingestion.processing` with this worker's warm runtime.
+"""Thin Celery tasks: each calls `docqa.ingestion.processing` (or, for topic refits, `docqa.topics`) with this
+worker's warm runtime.
 
 Transient infrastructure errors (database, store or network unavailable) are retried with exponential backoff
 a bounded number of times; anything else, or the last retry, marks the batch's unfinished items failed
@@ -19,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 from docqa.ingestion.celery_app import INGEST_TASK, app
 from docqa.ingestion.processing import fail_items, process_items
 from docqa.settings import Settings, get_settings
+from docqa.topics import REFIT_TASK, refit_if_due
 
 logger = logging.getLogger(__name__)
 _TRANSIENT = (OperationalError, DocumentStoreError, ConnectionError, TimeoutError)
@@ -69,3 +71,13 @@ def ingest_items(item_ids: list[int]) -> None:
     settings = get_settings()
     runtime, embedder = _warm_runtime(settings)
     process_items(settings, item_ids, runtime=runtime, embedder=embedder)
+
+
+@app.task(name=REFIT_TASK, autoretry_for=_TRANSIENT, retry_backoff=2, retry_backoff_max=60, retry_jitter=True,
+          max_retries=3)
+def refit_topics(tenant: str) -> None:
+    """Fit a tenant's topic model in the background if it is still due (`docqa.topics.schedule_topic_refit`)."""
+    runtime, _ = _warm_runtime(get_settings())
+    outcome = refit_if_due(runtime, tenant)
+    if outcome:
+        logger.info("%s", outcome)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Query, UploadFile, status
+from fastapi import APIRouter, BackgroundTasks, File, Form, Query, UploadFile, status
 from pydantic import BaseModel, Field
 
 from docqa.access import DEFAULT_COLLECTION, EVERYONE
@@ -46,6 +46,9 @@ class RecordsWritten(BaseModel):
     topic_model: dict[str, Any] | None = Field(default=None, description=(
         "The tenant's AT-RAG topic model after the write: state missing, stale or current, version, and a message "
         "saying how to refit."))
+    topic_refit: str | None = Field(default=None, description=(
+        "An automatic topic model fit this write started (none yet, or the corpus grew enough since the last "
+        "fit): queued for the workers, or running in this server's background."))
 
 
 def check_principals(access: list[str]) -> list[str]:
@@ -133,16 +136,24 @@ def delete_document(source_id: str, caller: AdminCaller, context: ContextDep,
 
 
 @router.post("/records", response_model=RecordsWritten, summary="Write one patient's FHIR R4 bundle",
-             description="Replaces the stored records of the bundle's patient (synchronous).")
+             description="Replaces the stored records of the bundle's patient (synchronous); fits the tenant's "
+                         "topic model in the background when it has none or its corpus grew enough.")
 def upload_records(
     caller: AdminCaller,
     context: ContextDep,
     request_id: RequestId,
+    background: BackgroundTasks,
     bundle: Annotated[UploadFile, File(description="A FHIR R4 Bundle (JSON) with one Patient")],
     access: Annotated[list[str], Form(description="Who may read them: everyone, user:<id>, group:<name>")],
 ) -> RecordsWritten:
     from docqa.ingestion.records import read_fhir_bundle, write_patient_records
-    from docqa.topics import tenant_topic_assigner, topic_model_status
+    from docqa.topics import (
+        refit_if_due,
+        schedule_topic_refit,
+        tenant_topic_assigner,
+        topic_model_status,
+        topic_refit_due,
+    )
 
     principals = check_principals(access)
     # The same checks as queued bundles (`docqa.ingestion.record_bundles`): what fails an item there is a 422 here.
@@ -163,5 +174,14 @@ def upload_records(
                                        patient_id=patient_id, embedder=embedder,
                                        topic_assigner=tenant_topic_assigner(context.runtime, caller.tenant))
     topics = topic_model_status(context.runtime, caller.tenant)
+    refit = None
+    if context.settings.topic_autofit and context.settings.broker_url:
+        refit = schedule_topic_refit(context.runtime, caller.tenant)
+    elif context.settings.topic_autofit:
+        plan = topic_refit_due(context.runtime, caller.tenant)
+        if plan.due:
+            # After the response: the records are readable now, the topic filter follows when the fit is done.
+            background.add_task(refit_if_due, context.runtime, caller.tenant)
+            refit = f"topic model: fitting in the background ({plan.reason})"
     return RecordsWritten(patient_id=patient_id, **counts,
-                          topic_model={**topics.to_dict(), "message": topics.message()})
+                          topic_model={**topics.to_dict(), "message": topics.message()}, topic_refit=refit)

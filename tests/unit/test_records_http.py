@@ -96,13 +96,19 @@ def test_records_upload_reports_the_topic_model(tmp_path: Path) -> None:
             response = client.post("/v1/records", headers=auth(keys["root"]), data={"access": ["group:finance"]},
                                    files=[("bundle", (bundles[0].name, bundles[0].read_bytes(), "application/json"))])
             assert response.status_code == 200, response.text
-            return response.json()["topic_model"]
+            return response.json()
 
-        first = upload()
+        response = upload()
+        first = response["topic_model"]
+        # Written before the fit: no model yet, and the fit runs after the response.
         assert first["state"] == "missing" and "docqa topics refit --tenant acme" in first["message"]
-        assert refit_topic_model(runtime, "acme").version == 1
-        again = upload()  # the rewritten records are tagged with version 1
-        assert (again["state"], again["version"], again["untagged"]) == ("current", 1, 0)
+        assert response["topic_refit"].startswith("topic model: fitting in the background (no topic model yet")
+        assert topic_model_status(runtime, "acme").version == 1
+        again = upload()  # the rewritten records are tagged with version 1; the corpus did not grow
+        assert again["topic_refit"] is None
+        assert (again["topic_model"]["state"], again["topic_model"]["version"],
+                again["topic_model"]["untagged"]) == ("current", 1, 0)
+        assert refit_topic_model(runtime, "acme").version == 2
     # A document written without the tags (another path, an older version) makes the model stale.
     runtime.document_store.write_documents([Document(id="untagged", content="memo", meta={
         "tenant": "acme", "access": ["everyone"]})])
