@@ -28,7 +28,7 @@ from docqa.recording import listen_to_steps
 from docqa.result import PipelineResult, Step
 from docqa.run_control import OUTCOME_CANCELLED, OUTCOME_TIMED_OUT, RunControl, RunStopped
 from docqa.server.api_errors import ApiError
-from docqa.server.auto_select import choose_pipeline
+from docqa.server.auto_select import choose_pipeline, multi_sources
 from docqa.server.context import ServerContext
 from docqa.token_stream import TokenSink, stream_answer_tokens
 
@@ -60,7 +60,7 @@ def prepare(context: ServerContext, question: str, pipeline: str, options: dict[
     cleaned = validate_question(question, context.settings.max_question_chars)
     names = context.pipelines.names()
     if pipeline == AUTO:
-        choice = choose_pipeline(cleaned, names)
+        choice = choose_pipeline(cleaned, names, sources=multi_sources(context.settings))
         name, selection = choice.name, choice.to_dict()
     elif pipeline not in names:
         raise UnknownPipelineError(f"unknown pipeline {pipeline!r}; available: {', '.join([AUTO, *names])}")

@@ -6,15 +6,26 @@ Simple lexical rules, cheap and explainable in the trace; no LLM call is spent o
 - summary-style questions (summarize/overview/describe/explain ...) need broad coverage -> a tree strategy;
 - everything else -> single-round retrieval.
 
+When the deployment configured several sources for `mspr` (DOCQA_MSPR_SOURCES set, two or more sources),
+multi-hop questions go to `mspr`, which searches the primary source first and moves on when it stops helping;
+so do simple questions when one source is `web`, which no single-round retrieval reaches. The built-in default
+(main, then archive) does not count: every store-backed strategy already searches both collections at once.
+
 Usage:
     choice = choose_pipeline("Who directed the film that won ...?", ["standard", "resp"])
     choice.name, choice.reason   # ("resp", "multi-hop: bridge cue 'that'; ...")
+    choose_pipeline(question, names, sources=multi_sources(settings))
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+MSPR = "mspr"
+WEB_SOURCE = "web"
 
 MULTI_HOP_CUES = (
     "both", "either", "neither", "compare", "compared", "same", "older", "younger", "earlier", "later",
@@ -57,11 +68,45 @@ def classify(question: str) -> tuple[str, str]:
     return "simple", f"short question ({len(words)} words) without multi-hop or summary cues"
 
 
-def choose_pipeline(question: str, available: list[str]) -> Choice:
-    """The strategy for `question` among `available` names; raises ValueError when none is registered."""
+def multi_sources(settings: Any) -> tuple[str, ...]:
+    """The sources the deployment configured for mspr (DOCQA_MSPR_SOURCES), or () when it kept the default.
+
+    An invalid value also gives (): `mspr` would refuse to run, so `auto` must not pick it.
+    """
+    if "mspr_sources" not in getattr(settings, "model_fields_set", ()):
+        return ()
+    from docqa.components.multi_source_retriever import parse_sources
+
+    try:
+        return parse_sources(settings.mspr_sources)
+    except ValueError:
+        return ()
+
+
+def _prefers_mspr(question_type: str, sources: Sequence[str]) -> str | None:
+    """Why `mspr` comes first for this question type and these sources, or None."""
+    if len(sources) < 2:
+        return None
+    listed = f"{len(sources)} sources configured ({', '.join(sources)})"
+    if question_type == "multi_hop":
+        return listed
+    if question_type == "simple" and WEB_SOURCE in sources:
+        return f"{listed}, the web among them"
+    return None
+
+
+def choose_pipeline(question: str, available: list[str], sources: Sequence[str] = ()) -> Choice:
+    """The strategy for `question` among `available` names; raises ValueError when none is registered.
+
+    :param sources: the sources configured for mspr (`multi_sources(settings)`); two or more make `mspr` the
+        first choice for multi-hop questions (and simple ones when the web is a source).
+    """
     if not available:
         raise ValueError("no pipelines are registered")
     question_type, why = classify(question)
+    sources_reason = _prefers_mspr(question_type, sources)
+    if sources_reason and MSPR in available:
+        return Choice(name=MSPR, question_type=question_type, reason=f"{why}; {sources_reason}; chose {MSPR!r}")
     for name in PREFERENCES[question_type]:
         if name in available:
             return Choice(name=name, question_type=question_type, reason=f"{why}; chose {name!r}")
