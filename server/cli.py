@@ -38,30 +38,54 @@ def _session(settings: Settings):  # type: ignore[no-untyped-def]
     return session_factory(settings)()
 
 
-def _account_call(settings: Settings, action):  # type: ignore[no-untyped-def]
+def _account_call(settings: Settings, action, *, audited: bool = False):  # type: ignore[no-untyped-def]
+    """Run `action(session)` in one transaction; `audited` changes append their events in that transaction
+    (`audit_session`), so a change that fails leaves no event and an event never commits without its change."""
     from docqa.accounts.directory import AccountError
+    from docqa.audit.recorder import audit_session
 
-    with _session(settings) as session:
-        try:
-            result = action(session)
-        except AccountError as exc:
-            raise DocqaError(exc.message) from exc
-        session.commit()
-        return result
+    if not audited:
+        with _session(settings) as session:
+            try:
+                result = action(session)
+            except AccountError as exc:
+                raise DocqaError(exc.message) from exc
+            session.commit()
+            return result
+    _session(settings).close()  # applies migrations, as the unaudited path does
+    try:
+        with audit_session(settings) as session:
+            return action(session)
+    except AccountError as exc:
+        raise DocqaError(exc.message) from exc
+
+
+def _event(session, settings: Settings, tenant: str, action: str, target: str, **fields):  # type: ignore[no-untyped-def]
+    from docqa.audit.cli import cli_actor
+    from docqa.audit.events import append_event
+
+    append_event(session, settings, tenant=tenant, actor=cli_actor(), action=action, target=target, **fields)
 
 
 def cmd_users_create(args: argparse.Namespace, settings: Settings) -> int:
     from docqa.accounts import directory
     from docqa.accounts.keys import create_key
+    from docqa.audit import events
 
     tenant = args.tenant or settings.tenant
 
     def action(session):  # type: ignore[no-untyped-def]
         user = directory.create_user(session, tenant, args.user_id, args.role, args.group or [], args.name or "")
-        key = create_key(session, tenant, user.id, name="initial")[0] if args.with_key else None
-        return user.id, key
+        _event(session, settings, tenant, events.USER_CREATED, f"user:{user.id}",
+               after={"role": user.role, "groups": sorted(g.name for g in user.groups), "active": True,
+                      "display_name": user.display_name})
+        if not args.with_key:
+            return user.id, None
+        secret, row = create_key(session, tenant, user.id, name="initial")
+        _event(session, settings, tenant, events.KEY_ISSUED, f"key:{row.id}", after={"user": user.id, "name": row.name})
+        return user.id, secret
 
-    user_id, key = _account_call(settings, action)
+    user_id, key = _account_call(settings, action, audited=True)
     print(f"created {args.role} {user_id} in tenant {tenant}")
     if key:
         print(f"api key (shown once): {key}")
@@ -85,19 +109,36 @@ def cmd_users_list(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_users_deactivate(args: argparse.Namespace, settings: Settings) -> int:
     from docqa.accounts import directory
+    from docqa.audit import events
 
     tenant = args.tenant or settings.tenant
-    _account_call(settings, lambda session: directory.deactivate_user(session, tenant, args.user_id))
+
+    def action(session):  # type: ignore[no-untyped-def]
+        existing = directory.get_user(session, tenant, args.user_id)
+        was_active = existing.active if existing is not None else None
+        user = directory.deactivate_user(session, tenant, args.user_id)
+        _event(session, settings, tenant, events.USER_DEACTIVATED, f"user:{user.id}",
+               before={"active": was_active}, after={"active": False})
+
+    _account_call(settings, action, audited=True)
     print(f"deactivated {args.user_id}")
     return 0
 
 
 def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
     from docqa.accounts.keys import create_key
+    from docqa.audit import events
 
     tenant = args.tenant or settings.tenant
-    key = _account_call(settings, lambda session: create_key(session, tenant, args.user_id, args.name or "")[0])
-    print(key)
+
+    def action(session):  # type: ignore[no-untyped-def]
+        secret, row = create_key(session, tenant, args.user_id, args.name or "")
+        # The key id only: the secret is never part of an event.
+        _event(session, settings, tenant, events.KEY_ISSUED, f"key:{row.id}",
+               after={"user": row.user_id, "name": row.name})
+        return secret
+
+    print(_account_call(settings, action, audited=True))
     return 0
 
 
@@ -116,9 +157,20 @@ def cmd_keys_list(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
     from docqa.accounts.keys import revoke_key
+    from docqa.accounts.models import ApiKey
+    from docqa.audit import events
 
     tenant = args.tenant or settings.tenant
-    _account_call(settings, lambda session: revoke_key(session, tenant, args.key_id))
+
+    def action(session):  # type: ignore[no-untyped-def]
+        existing = session.get(ApiKey, args.key_id)
+        was_revoked = None if existing is None else existing.revoked_at is not None
+        row = revoke_key(session, tenant, args.key_id)
+        if not was_revoked:  # revoking twice changes nothing and records nothing
+            _event(session, settings, tenant, events.KEY_REVOKED, f"key:{row.id}",
+                   before={"revoked": False}, after={"revoked": True, "user": row.user_id})
+
+    _account_call(settings, action, audited=True)
     print(f"revoked {args.key_id}")
     return 0
 

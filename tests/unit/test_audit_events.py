@@ -475,3 +475,46 @@ class TestRetentionPolicy:
         # A lower floor, set deliberately, allows the shorter policy.
         lowered = short.model_copy(update={"audit_retention_floor_days": 30})
         assert retain(lowered, archive=tmp_path / "c.jsonl").archived == 0
+
+
+class TestAdminActionsThroughTheCli:
+    """`docqa users ...` / `docqa keys ...` record the same events as the API, with the operator as `cli:<user>`."""
+
+    def run(self, settings, *argv):
+        import argparse
+
+        from docqa.server.cli import add_server_commands
+
+        parser = argparse.ArgumentParser()
+        add_server_commands(parser.add_subparsers(dest="command"))
+        args = parser.parse_args(list(argv))
+        return args.handler(args, settings)
+
+    def test_each_cli_change_leaves_exactly_one_event_and_a_failed_one_none(self, settings, capsys):
+        from docqa.errors import DocqaError
+
+        assert self.run(settings, "users", "create", "bob", "--tenant", "acme", "--group", "finance") == 0
+        capsys.readouterr()
+        assert self.run(settings, "keys", "create", "bob", "--tenant", "acme") == 0
+        secret = capsys.readouterr().out.strip()
+        key_id = events_of(settings, action=ev.KEY_ISSUED)[0].target.removeprefix("key:")
+        assert self.run(settings, "keys", "revoke", key_id, "--tenant", "acme") == 0
+        assert self.run(settings, "keys", "revoke", key_id, "--tenant", "acme") == 0  # already revoked: no event
+        assert self.run(settings, "users", "deactivate", "bob", "--tenant", "acme") == 0
+        recorded = [(e.action, e.target, e.tenant, e.actor.startswith("cli:")) for e in events_of(settings)]
+        assert recorded == [
+            (ev.USER_CREATED, "user:bob", "acme", True), (ev.KEY_ISSUED, f"key:{key_id}", "acme", True),
+            (ev.KEY_REVOKED, f"key:{key_id}", "acme", True), (ev.USER_DEACTIVATED, "user:bob", "acme", True)]
+        assert events_of(settings, action=ev.USER_CREATED)[0].after["groups"] == ["finance"]
+        assert len(secret) > 16 and all(secret not in json.dumps([e.before, e.after]) for e in events_of(settings))
+        # A user created with --with-key is two events; a refused creation (the user exists) is none.
+        assert self.run(settings, "users", "create", "carol", "--tenant", "acme", "--with-key") == 0
+        assert [e.action for e in events_of(settings)][-2:] == [ev.USER_CREATED, ev.KEY_ISSUED]
+        before = count(settings)
+        with pytest.raises(DocqaError):
+            self.run(settings, "users", "create", "carol", "--tenant", "acme")
+        with pytest.raises(DocqaError):
+            self.run(settings, "users", "deactivate", "nobody", "--tenant", "acme")
+        assert count(settings) == before
+        with session_factory(settings)() as session:
+            assert verify_chain(session, hmac_key(settings)).ok
