@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
@@ -38,17 +39,45 @@ def action_schema(actions: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-def parse_decision(data: dict[str, Any] | None, actions: tuple[str, ...], *, forced: bool) -> AgentDecision:
-    """A decision from the model's JSON; `malformed` when the action is unknown, or its input empty or an
-    action name."""
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def echoed_names(action_input: str, names: tuple[str, ...]) -> bool:
+    """True when the input is nothing but names from the prompt (actions, sources), however punctuated or
+    spaced: "search_primary", "`answer`", "Search primary.", "search_primary, answer", "collection:main"."""
+    words = _words(action_input)
+    if not words:
+        return True
+    name_words = {tuple(_words(name)) for name in names}
+    # Greedy cover of the input's words by whole names: an echo leaves nothing of its own.
+    position = 0
+    while position < len(words):
+        match = next((n for n in sorted(name_words, key=len, reverse=True)
+                      if n and tuple(words[position:position + len(n)]) == n), None)
+        if match is None:
+            return False
+        position += len(match)
+    return True
+
+
+def parse_decision(data: dict[str, Any] | None, actions: tuple[str, ...], *, forced: bool,
+                   sources: tuple[str, ...] = ()) -> AgentDecision:
+    """A decision from the model's JSON; `malformed` (with its `problem`) when the action is unknown, or its
+    input is empty or only repeats action or source names (the prompt echoed back, as small models do)."""
     if not isinstance(data, dict):
-        return AgentDecision(malformed=True, forced_answer=forced)
+        return AgentDecision(malformed=True, forced_answer=forced, problem="the reply was not a JSON object")
     thought, action, action_input = data.get("thought"), data.get("action"), data.get("action_input")
     if not isinstance(action, str) or action.strip() not in actions:
-        return AgentDecision(malformed=True, forced_answer=forced)
-    if not isinstance(action_input, str) or not action_input.strip() or action_input.strip().lower() in ACTIONS:
-        # An action name as the input is the prompt echoed back (small models do), not a query or an answer.
-        return AgentDecision(action=action.strip(), malformed=True, forced_answer=forced)
+        return AgentDecision(malformed=True, forced_answer=forced,
+                             problem=f"the action must be one of {', '.join(actions)}")
+    action = action.strip()
+    if not isinstance(action_input, str) or not _words(action_input):
+        return AgentDecision(action=action, malformed=True, forced_answer=forced,
+                             problem="the action_input was empty")
+    if echoed_names(action_input, (*ACTIONS, *sources)):
+        return AgentDecision(action=action, malformed=True, forced_answer=forced,
+                             problem="the action_input only repeated an action or source name")
     return AgentDecision(
         thought=(thought if isinstance(thought, str) else "").strip()[:_MAX_FIELD_CHARS],
         action=action.strip(),
@@ -108,14 +137,19 @@ class MSPRAgent:
             # One source: "secondary" would search the same one again under another name.
             actions = tuple(a for a in actions if a != ACTION_SEARCH_SECONDARY)
         feedback = state.review_reason if state.review_passed is False else ""
+        # A retried step says what was wrong with the rejected one: the same prompt again would get the same
+        # reply from a deterministic model.
+        last = state.last_decision
+        rejected = last.problem if state.action_retries and last is not None and last.malformed else ""
         prompt = render_prompt(
             self.prompt_template, question=state.question, actions=actions, primary=state.primary_source,
             secondary=state.secondary_source, previous=[d for d in state.decisions if not d.malformed],
             context=state.context(self.max_document_chars), feedback=feedback, input_hint=_input_hint(actions),
+            rejected=rejected,
         )
         data = generate_json(self.chat_generator, prompt, action_schema(actions), name="mspr_step",
                              max_tokens=self.max_tokens, purpose="mspr_step")
-        decision = parse_decision(data, actions, forced=forced)
+        decision = parse_decision(data, actions, forced=forced, sources=tuple(state.sources))
         new_state = state.evolve(phase="decided", decisions=(*state.decisions, decision))
         return {"state": new_state, "decision": {**decision.__dict__, "offered_actions": list(actions)}}
 

@@ -91,8 +91,10 @@ class MSPRController:
                 retry = state.evolve(action_retries=state.action_retries + 1,
                                      phase="answer_now" if decision.forced_answer else "retry")
                 return {"agent": retry, "route": {"next": "agent", "why": "malformed step: retrying",
-                                                  "retry": retry.action_retries}}
-            return self._finish(state, "", STOP_MALFORMED_ACTION, cite=False)
+                                                  "retry": retry.action_retries, "problem": decision.problem}}
+            stopped = self._finish(state, "", STOP_MALFORMED_ACTION, cite=False)
+            stopped["route"]["problem"] = decision.problem
+            return stopped
         state = state.evolve(steps=state.steps + 1, action_retries=0)
         if decision.action == ACTION_ANSWER:
             state = state.evolve(answer=decision.action_input)

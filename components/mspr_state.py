@@ -26,13 +26,15 @@ ACTIONS = (ACTION_SEARCH_PRIMARY, ACTION_SEARCH_SECONDARY, ACTION_ANSWER)
 
 @dataclass(frozen=True)
 class AgentDecision:
-    """One agent step: its thought, action and action input; `malformed` when the output was unusable."""
+    """One agent step: its thought, action and action input; `malformed` (with the `problem`) when the output
+    was unusable."""
 
     thought: str = ""
     action: str = ""
     action_input: str = ""
     malformed: bool = False
     forced_answer: bool = False
+    problem: str = ""
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,19 @@ class TestBounds:
         result = _run(settings, llm)
         assert result.stop_reason == STOP_MALFORMED_ACTION and _retrievals(result) == []
 
+    def test_a_stop_after_malformed_steps_says_why_and_the_retry_was_told_what_was_wrong(self, settings):
+        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", "  "),
+                                                    step("search_primary", "Search primary.")])])
+        result = _run(settings, llm)
+        assert result.stop_reason == STOP_MALFORMED_ACTION and _retrievals(result) == []
+        prompts = [c["prompt"] for c in _calls(llm, AGENT)]
+        assert "rejected" not in prompts[0]
+        assert "Your previous reply was rejected: the action_input was empty." in prompts[1]
+        problems = [s.outputs["decision"]["problem"] for s in _steps(result, "agent")]
+        assert problems == ["the action_input was empty", "the action_input only repeated an action or source name"]
+        final = [s for s in result.steps if s.outputs.get("route", {}).get("next") == "end"]
+        assert final and final[-1].outputs["route"]["problem"] == problems[-1]
+
     def test_one_malformed_step_is_recovered_by_the_retry(self, settings):
         llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", ""), step("search_primary", "hotel"),
                                                     step("answer", "180 euros")]), (PREFER, "Yes")],
@@ -466,3 +479,19 @@ class TestYaml:
         assert copy.answer == original.answer == "180 euros"
         assert copy.stop_reason == original.stop_reason
         assert [s.name for s in copy.steps] == [s.name for s in original.steps]
+
+
+@pytest.mark.parametrize("action_input,malformed", [
+    ("search_primary", True), ("`answer`", True), ("Search primary.", True), ("SEARCH-SECONDARY", True),
+    ("search_primary, answer", True), ("collection:archive", True), ("web", True), ("?!", True), ("", True),
+    ("hotel costs", False), ("primary school teachers", False), ("answer key of the 2019 exam", False),
+    ("search engines in 1998", False), ("main archive policy", False), ("180 euros", False),
+])
+def test_an_input_that_only_repeats_prompt_names_is_malformed(action_input, malformed):
+    from docqa.components.mspr_agent import parse_decision
+    from docqa.components.mspr_state import ACTIONS
+
+    data = {"thought": "t", "action": "search_primary", "action_input": action_input}
+    decision = parse_decision(data, ACTIONS, forced=False, sources=(MAIN, ARCHIVE, WEB))
+    assert decision.malformed is malformed
+    assert bool(decision.problem) is malformed
