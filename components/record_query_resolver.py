@@ -24,6 +24,7 @@ from docqa.components.time_scope_resolver import (
     DATE_FIELD,
     TimeScope,
     TimeScopeResolver,
+    _patient_in,
 )
 
 END_FIELD = "meta.effective_end_utc"
@@ -80,6 +81,8 @@ _STOP_WORDS = frozenset(ENGLISH_STOP_WORDS) | {
     "with", "without", "about", "regarding", "related", "relevant",
 }
 _POSSESSIVE = re.compile(r"'s\b|’s\b")
+_NAME_WORD = re.compile(r"[^\W\d_][^\W\d_'’-]*(?:['’-][^\W\d_]+)*")
+NAME_FIELD = "meta.patient_name_key"
 
 
 @dataclass
@@ -98,6 +101,7 @@ class RecordQuery:
     state_from_utc: str | None = None
     state_to_utc: str | None = None
     patient_id: str | None = None
+    patient_name: str | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -114,6 +118,8 @@ class RecordQueryResolver:
     Deterministic reading of a question over longitudinal records into Haystack metadata filters that select
     exactly the records asked for:
 
+    - a patient: the given id, else an id written in the question, else a name written in it ("Max Kris's labs")
+      matched against the names of the patients whose records the caller may read (`meta.patient_name_key`);
     - record types ("lab results", "vitals", "meds", "diagnoses", "vaccines", "care plans", FHIR resource and
       Synthea CSV table names) -> `meta.record_type in [...]`;
     - the time scope, by `TimeScopeResolver` ("in the last year", "since 2012", "before March 2015",
@@ -165,6 +171,8 @@ class RecordQueryResolver:
         :raises ValueError: When `as_of` is not an ISO date-time.
         """
         query = RecordQuery()
+        if patient_id is None and _patient_in(question) is None:
+            question, patient_id = self._read_patient_name(question, query, filters)
         # Codes first, so that "2093-3" is never read as a date.
         rest = _read_written_codes(question, query)
         scope: TimeScope = self.time_resolver.run(question=rest, as_of=as_of, patient_id=patient_id,
@@ -191,6 +199,36 @@ class RecordQueryResolver:
                 query.codes.extend(c for c in synonym_codes()[synonym] if c not in query.codes)
                 lowered = pattern.sub(" ", lowered)
         return lowered
+
+    def _read_patient_name(self, question: str, query: RecordQuery,
+                           filters: dict[str, Any] | None) -> tuple[str, str | None]:
+        """A patient named in the question ("Max Kris's lab results"), among the patients whose records the caller
+        may read; returns the question without the name and the patient id (None when none or several match)."""
+        if self.document_store is None:
+            return question, None
+        words = [w.lower() for w in _NAME_WORD.findall(_POSSESSIVE.sub("", question))]
+        spans = sorted({" ".join(words[i:i + n]) for n in (2, 3, 4) for i in range(len(words) - n + 1)})
+        if not spans:
+            return question, None
+        condition: dict[str, Any] = {"field": NAME_FIELD, "operator": "in", "value": spans}
+        found = self.document_store.filter_documents(
+            filters={"operator": "AND", "conditions": [condition, filters]} if filters else condition)
+        if not found:
+            return question, None
+        key = max({str(d.meta[NAME_FIELD.removeprefix("meta.")]) for d in found}, key=lambda k: (len(k), k))
+        patients = sorted({str(d.meta.get("patient_id")) for d in found
+                           if d.meta.get(NAME_FIELD.removeprefix("meta.")) == key})
+        query.patient_name = next(str(d.meta.get("patient_name") or key) for d in found
+                                  if d.meta.get(NAME_FIELD.removeprefix("meta.")) == key)
+        name = re.compile(r"(?<!\w)" + r"\s+".join(re.escape(w) for w in key.split()) + r"(?:'s|’s)?(?!\w)",
+                          re.IGNORECASE)
+        if len(patients) == 1:
+            query.notes.append(f"patient {query.patient_name} read from the question: {patients[0]}")
+            return name.sub(" ", question), patients[0]
+        query.notes.append(f"{len(patients)} patients you may read are named {query.patient_name} "
+                           f"({', '.join(patients[:5])}); their records are shown together: give the patient id to "
+                           "choose one")
+        return name.sub(" ", question), None
 
     def _read_names(self, text: str, query: RecordQuery, filters: dict[str, Any] | None) -> None:
         terms = [w for w in _WORD.findall(_POSSESSIVE.sub("", text.lower())) if w not in _STOP_WORDS]
@@ -267,6 +305,8 @@ def record_filters(query: RecordQuery, scope: TimeScope) -> dict[str, Any] | Non
     conditions: list[dict[str, Any]] = []
     if scope.patient_id:
         conditions.append({"field": "meta.patient_id", "operator": "==", "value": scope.patient_id})
+    elif query.patient_name:  # several readable patients share the name: all of them, never anyone else
+        conditions.append({"field": NAME_FIELD, "operator": "==", "value": query.patient_name.lower()})
     if query.record_types:
         conditions.append({"field": "meta.record_type", "operator": "in", "value": list(query.record_types)})
     names: list[dict[str, Any]] = []

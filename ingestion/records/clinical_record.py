@@ -9,6 +9,7 @@ and the metadata retrieval filters on: `patient_id`, `record_type`, `effective_s
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +113,14 @@ class ClinicalRecord:
     encounter_id: str | None = None
     observation: ObservationValue | None = None
     extra_meta: dict[str, Any] = field(default_factory=dict)
+
+
+def patient_name_meta(given: str | None, family: str | None) -> dict[str, str]:
+    """`patient_name` (as written, without Synthea's numeric suffixes: "Max917" -> "Max") and `patient_name_key`
+    (lowercase, single spaces) for finding a patient by name; empty when the source names nobody."""
+    words = [re.sub(r"\d+$", "", word) for part in (given, family) for word in (part or "").split()]
+    name = " ".join(word for word in words if word)
+    return {"patient_name": name, "patient_name_key": name.lower()} if name else {}
 
 
 def record_id(tenant: str, patient_id: str, source_system: str, source_key: str) -> str:

@@ -26,6 +26,7 @@ from docqa.ingestion.records.clinical_record import (
     age_in_years,
     numeric_observation,
     observation_record_type,
+    patient_name_meta,
     to_document,
 )
 from docqa.ingestion.records.dates import RecordInstant, parse_instant
@@ -110,6 +111,12 @@ def parse_fhir_bundle(bundle: Path | str | dict[str, Any], *, tenant: str = "def
                 # Both would get one document id and the later would silently replace the earlier.
                 raise UnreadableFileError(f"{label}: {record.source_key} appears more than once in the bundle")
             documents[record.source_key] = to_document(record, tenant, access)
+        names = patients[0].objects("name")
+        official = next((n for n in names if n.text("use") == "official"), names[0] if names else None)
+        if official is not None:
+            given = " ".join(str(g) for g in official.data.get("given") or [] if isinstance(g, str))
+            for document in documents.values():
+                document.meta.update(patient_name_meta(given, official.text("family")))
     except _WrongType as exc:
         raise UnreadableFileError(f"{label}: {exc}") from None
     return list(documents.values())

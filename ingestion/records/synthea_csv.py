@@ -28,6 +28,7 @@ from docqa.ingestion.records.clinical_record import (
     age_in_years,
     numeric_observation,
     observation_record_type,
+    patient_name_meta,
     to_document,
 )
 from docqa.ingestion.records.dates import RecordInstant, parse_instant
@@ -58,7 +59,9 @@ def parse_synthea_csv_dir(directory: Path | str, *, tenant: str = "default",
     patients_file = directory / "patients.csv"
     if not patients_file.is_file():
         raise UnreadableFileError(f"{directory}: no patients.csv; not a Synthea CSV export")
-    births = {row["Id"]: parse_instant(row.get("BIRTHDATE")) for row in _rows(patients_file)}
+    patient_rows = list(_rows(patients_file))
+    births = {row["Id"]: parse_instant(row.get("BIRTHDATE")) for row in patient_rows}
+    names = {row["Id"]: patient_name_meta(row.get("FIRST"), row.get("LAST")) for row in patient_rows}
     organizations = {}
     if (directory / "organizations.csv").is_file():
         organizations = {row["Id"]: row.get("NAME", "") for row in _rows(directory / "organizations.csv")}
@@ -75,7 +78,9 @@ def parse_synthea_csv_dir(directory: Path | str, *, tenant: str = "default",
                 continue
             record = parser.parse(table, row, path.name, seen)
             if record is not None:
-                documents.append(to_document(record, tenant, access))
+                document = to_document(record, tenant, access)
+                document.meta.update(names.get(patient, {}))
+                documents.append(document)
     return documents
 
 
