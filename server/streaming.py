@@ -65,6 +65,9 @@ async def run_events(
     def on_token(text: str, call: int) -> None:  # called in the pipeline's thread
         loop.call_soon_threadsafe(queue.put_nowait, ("token", {"text": text, "call": call}))
 
+    if prepared.rewrite is not None:
+        # A conversation's follow-up was rewritten before the run: that is its first step, shown at once.
+        queue.put_nowait(("step", prepared.rewrite.to_step().to_dict()))
     task = asyncio.ensure_future(answer_in_slot(context, caller, prepared, on_step, on_token=on_token))
     task.add_done_callback(lambda _task: queue.put_nowait(("done", None)))
     try:

@@ -139,3 +139,16 @@ def test_the_migration_matches_the_model_and_downgrades(tmp_path):
     assert schema_differences(url) != []
     upgrade_database(settings)
     assert schema_differences(url) == []
+
+
+def test_a_streamed_follow_up_shows_its_rewrite_as_the_first_step_event(server):
+    client, keys, _, _ = server
+    conversation_id = _ask(client, keys["alice"], "Where is Halcyon headquartered?").json()["conversation_id"]
+    with client.stream("POST", "/v1/query", headers=auth(keys["alice"]), json={
+            "question": "and when was it founded?", "pipeline": "no_retrieval", "conversation_id": conversation_id,
+            "stream": True}) as response:
+        lines = list(response.iter_lines())
+    steps = [json.loads(line[6:]) for i, line in enumerate(lines) if line.startswith("data: ")
+             and lines[i - 1] == "event: step"]
+    assert [s["kind"] for s in steps] == ["rewrite", "generation"]
+    assert steps[0]["outputs"]["question"] == "When was Halcyon founded?"
