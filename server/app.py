@@ -57,6 +57,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
 
     # Invalid strategy files are logged (naming the file) and skipped; the server starts with the others.
     load_pipelines_dir(config)
+    _record_answer_config(config)
     context = ServerContext(
         settings=config,
         runtime=runtime or Runtime(config),
@@ -93,6 +94,18 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
                    audit_events, ui):
         app.include_router(module.router)
     return app
+
+
+def _record_answer_config(config: Settings) -> None:
+    """A `config.loaded` audit event when the models or YAML strategies differ from the last recorded ones."""
+    from sqlalchemy.exc import OperationalError, ProgrammingError
+
+    from docqa.audit.config_events import record_config_if_changed
+
+    try:
+        record_config_if_changed(config)
+    except (OperationalError, ProgrammingError) as exc:  # no audit tables yet: `docqa db upgrade` creates them
+        logger.error("configuration not recorded in the audit trail (run `docqa db upgrade`): %s", exc)
 
 
 def _json_error(status: int, code: str, message: str, headers: dict[str, str] | None = None,

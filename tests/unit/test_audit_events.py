@@ -518,3 +518,32 @@ class TestAdminActionsThroughTheCli:
         assert count(settings) == before
         with session_factory(settings)() as session:
             assert verify_chain(session, hmac_key(settings)).ok
+
+
+class TestConfigurationEvents:
+    """Models and YAML strategies (by hash) are recorded when the server starts with a changed configuration."""
+
+    def test_a_changed_configuration_is_one_event_and_an_unchanged_restart_none(self, settings, tmp_path):
+        from docqa.audit.config_events import record_config_if_changed
+
+        strategies = tmp_path / "strategies"
+        strategies.mkdir()
+        (strategies / "mine.yaml").write_text("components: {}\n")
+        configured = settings.model_copy(update={"pipelines_dir": strategies})
+        first = record_config_if_changed(configured)
+        assert first is not None and record_config_if_changed(configured) is None
+        (strategies / "mine.yaml").write_text("components: {}\n# a changed prompt\n")
+        assert record_config_if_changed(configured) is not None
+        recorded = events_of(settings, action=ev.CONFIG_LOADED)
+        assert len(recorded) == 2
+        assert recorded[0].after["pipeline_files"]["mine.yaml"] != recorded[1].after["pipeline_files"]["mine.yaml"]
+        assert recorded[1].before == {"hash": recorded[0].after["hash"]}
+        assert set(recorded[1].after["models"]) and recorded[1].tenant == ev.SYSTEM_TENANT
+
+    def test_the_server_records_its_configuration_at_start_up_once(self, tmp_path):
+        app, _ = build_test_app(tmp_path, ScriptedChatGenerator(default="unused"))
+        settings = app.state.context.settings
+        from docqa.server.app import create_app
+
+        create_app(settings, runtime=app.state.context.runtime)  # a second worker, same configuration
+        assert [e.action for e in events_of(settings, action=ev.CONFIG_LOADED)] == [ev.CONFIG_LOADED]
