@@ -140,16 +140,20 @@ def _process_group(
             if on_item is not None:
                 on_item(result)
         _finish_items(session, items)
-    if any(by_source[s.source_id].status == ITEM_WRITTEN for s in bundles):
-        _refit_topics_when_job_done(sessions, runtime, tenant, job_id)
+    _refit_topics_when_job_done(sessions, runtime, tenant, job_id)
 
 
 def _refit_topics_when_job_done(sessions: sessionmaker, runtime: Any, tenant: str, job_id: str) -> None:
-    # Once per job, not per batch: a model fitted on the first batch would be refitted again and again as the
-    # job's later batches grow the corpus. On a worker the refit goes to the queue as its own task.
+    # Once per job that wrote patient records, when its last batch is done (whichever batch held the bundles): a
+    # model fitted on the first batch would be refitted again and again as later batches grow the corpus. On a
+    # worker the refit goes to the queue as its own task.
     with sessions() as session:
         job = session.get(IngestJob, job_id)
         if job is None or job.finished_at is None:
+            return
+        written = session.scalars(select(IngestItem.name).where(
+            IngestItem.job_id == job_id, IngestItem.status == ITEM_WRITTEN)).all()
+        if not any(is_record_bundle(name) for name in written):
             return
     from docqa.topics import schedule_topic_refit
 

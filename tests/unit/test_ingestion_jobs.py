@@ -221,3 +221,8 @@ class TestRecordBundles:
         assert len(docs) == status["chunks_written"] > 10
         assert len({d.meta["patient_id"] for d in docs}) == 1
         assert all(d.meta["access"] == ["group:care"] and d.embedding is not None for d in docs)
+        # The tenant had no topic model: one was fitted once the job was done, and the records carry its tags.
+        from docqa.topics import topic_model_status
+
+        topics = topic_model_status(FakeRuntime(big_enough), "acme")
+        assert (topics.state, topics.version, topics.fitted_on) == ("current", 1, len(docs))
