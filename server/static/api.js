@@ -67,6 +67,7 @@ export async function api(path, { method = "GET", json, form } = {}) {
   }
   const response = await send(path, init);
   if (!response.ok) throw await failure(response);
+  if (response.status === 204) return null; // a DELETE with nothing to say
   return response.json();
 }
 

@@ -1,7 +1,12 @@
-// Users and admins: pick a pipeline, ask, watch the steps stream in, read the answer and its citations.
+// Users and admins: pick a pipeline, ask (in a stored conversation), watch the steps stream in as a timeline of
+// what each found or decided, read the answer as the model writes it, then the final answer and its citations.
 import { api, apiStream } from "./api.js";
-import { byId, clear, el, guarded, seconds } from "./dom.js";
+import { byId, clear, el, guarded, seconds, showError } from "./dom.js";
+import { stepSubstance } from "./substance.js";
 import { treeNodeLabel } from "./tree.js";
+
+/** The conversation the next question continues; null starts a new one. */
+let currentConversation = null;
 
 function stepLine(step) {
   const llm = step.llm || {};
@@ -16,8 +21,13 @@ function stepLine(step) {
     item.setAttribute("data-status", label.status);
     parts.splice(2, 0, label.text);
   }
-  item.append(el("span", { text: parts.join(" · ") }));
+  item.append(el("span", { className: "step-head", text: parts.join(" · ") }));
   if (step.error) item.append(el("span", { className: "error", text: ` ${step.error}` }));
+  const lines = stepSubstance(step);
+  if (lines.length) {
+    item.append(el("dl", { className: "substance" },
+      ...lines.flatMap(([label, text]) => [el("dt", { text: label }), el("dd", { text })])));
+  }
   return item;
 }
 
@@ -124,22 +134,91 @@ async function sendFeedback(rating) {
   byId("feedback-status").textContent = rating === "up" ? "Thanks: marked helpful." : "Thanks: marked not helpful.";
 }
 
+function turnItem(turn) {
+  const question = el("p", { className: "turn-question", text: turn.question });
+  if (turn.standalone_question && turn.standalone_question !== turn.question) {
+    question.append(el("span", { className: "muted", text: ` (asked as: ${turn.standalone_question})` }));
+  }
+  const answer = el("p", { className: turn.answer_source && turn.answer_source !== "model" ? "turn-answer extracted" : "turn-answer", text: turn.answer || "(no answer)" });
+  return el("li", { attrs: { "data-trace-id": String(turn.trace_id || "") } }, question, answer);
+}
+
+function showConversation(conversation) {
+  currentConversation = conversation ? conversation.id : null;
+  byId("conversation-current").textContent = conversation ? `Continuing: ${conversation.title}` : "New conversation: your next question starts one.";
+  const turns = byId("conversation-turns");
+  clear(turns);
+  for (const turn of (conversation && conversation.turns) || []) turns.append(turnItem(turn));
+  for (const item of byId("conversations").querySelectorAll("li")) {
+    item.classList.toggle("current", /** @type {HTMLElement} */ (item).dataset.id === currentConversation);
+  }
+}
+
+async function openConversation(id) {
+  showConversation(await api(`/v1/conversations/${encodeURIComponent(id)}`));
+}
+
+async function deleteConversation(id) {
+  await api(`/v1/conversations/${encodeURIComponent(id)}`, { method: "DELETE" });
+  if (id === currentConversation) showConversation(null);
+  await loadConversations();
+}
+
+/** The caller's stored conversations: open one to continue it, or delete it. */
+async function loadConversations() {
+  const list = byId("conversations");
+  const { conversations } = await api("/v1/conversations");
+  clear(list);
+  for (const conversation of conversations) {
+    const open = el("button", { className: "link", text: conversation.title, attrs: { type: "button", "data-action": "open" } });
+    const remove = el("button", { text: "Delete", attrs: { type: "button", "data-action": "delete", "aria-label": `Delete conversation ${conversation.title}` } });
+    open.addEventListener("click", () => guarded(open, () => openConversation(conversation.id)));
+    remove.addEventListener("click", () => guarded(remove, () => deleteConversation(conversation.id)));
+    const item = el("li", { attrs: { "data-id": conversation.id } }, open, el("span", { className: "muted", text: ` ${conversation.updated_at.slice(0, 16).replace("T", " ")} ` }), remove);
+    item.classList.toggle("current", conversation.id === currentConversation);
+    list.append(item);
+  }
+  if (!conversations.length) list.append(el("li", { className: "muted", text: "No conversations yet." }));
+}
+
 async function ask(pipeline, question, inputs = {}) {
   const status = byId("ask-status");
   const steps = byId("steps");
   clear(steps);
   byId("answer").hidden = true;
+  // The answer as the model writes it: a preview the final result replaces (a new `call` starts a new draft).
+  const live = byId("live-answer");
+  live.textContent = "";
+  live.dataset.tokens = "0";
+  let liveCall = 0;
   status.textContent = "Working…";
   let finished = false;
-  await apiStream("/v1/query", { question, pipeline, stream: true, ...inputs }, (event, data) => {
+  const body = { question, pipeline, stream: true, conversation_id: currentConversation || "new", ...inputs };
+  await apiStream("/v1/query", body, (event, data) => {
     if (event === "selection") {
       status.textContent = `Pipeline ${data.pipeline || pipeline}${data.reason ? ` (${data.reason})` : ""}; working…`;
     } else if (event === "step") {
       steps.append(stepLine(data));
+    } else if (event === "token") {
+      if (data.call !== liveCall) {
+        liveCall = data.call;
+        live.textContent = "";
+      }
+      live.textContent += String(data.text || "");
+      live.dataset.tokens = String(Number(live.dataset.tokens) + 1);
+      byId("live").hidden = false;
+      status.textContent = "Writing the answer…";
     } else if (event === "result") {
       finished = true;
       status.textContent = "Done.";
+      byId("live").hidden = true;
       showResult(data);
+      if (data.conversation_id) {
+        currentConversation = data.conversation_id;
+        byId("conversation-turns").append(turnItem({ question, standalone_question: (data.steps || [])[0]?.kind === "rewrite" ? data.steps[0].outputs.question : question, answer: data.answer, answer_source: data.answer_source, trace_id: data.trace_id }));
+        /** @type {HTMLTextAreaElement} */ (byId("question")).value = "";
+        loadConversations().then(showConversationTitle).catch(showError);
+      }
     } else if (event === "error") {
       finished = true;
       status.textContent = "Failed.";
@@ -153,7 +232,15 @@ async function ask(pipeline, question, inputs = {}) {
   }
 }
 
+function showConversationTitle() {
+  const item = byId("conversations").querySelector(`li[data-id="${CSS.escape(currentConversation || "")}"] button[data-action="open"]`);
+  if (item) byId("conversation-current").textContent = `Continuing: ${item.textContent}`;
+}
+
 export async function setupAsk() {
+  byId("new-conversation").addEventListener("click", () => showConversation(null));
+  showConversation(null);
+  await loadConversations();
   const select = /** @type {HTMLSelectElement} */ (byId("pipeline"));
   const models = await api("/v1/models");
   clear(select);

@@ -2,6 +2,7 @@
 import { api } from "./api.js";
 import { byId, clear, el, guarded, json, seconds } from "./dom.js";
 import { checkCitationAccess, setupEvents } from "./events.js";
+import { stepSubstance } from "./substance.js";
 import { treeNodeLabel } from "./tree.js";
 
 const PAGE = 50;
@@ -74,6 +75,12 @@ function stepNode(step, children, startedAt) {
   const details = el("details", { className: label ? `step tree-node ${label.accepted ? "accepted" : "rejected"}` : "step", attrs },
     el("summary", { text: head.join(" · ") }));
   if (step.error) details.append(el("p", { className: "error", text: step.error }));
+  const lines = stepSubstance(step);
+  if (lines.length) {
+    // What the step found or decided, readable without opening its JSON.
+    details.append(el("dl", { className: "substance" },
+      ...lines.flatMap(([name, text]) => [el("dt", { text: name }), el("dd", { text })])));
+  }
   const { llm_calls: calls, ...outputs } = step.outputs && typeof step.outputs === "object" ? step.outputs : {};
   details.append(block("Inputs", json(step.inputs)), block("Outputs", json(outputs)));
   if (Array.isArray(step.documents) && step.documents.length) details.append(block("Documents", json(step.documents)));
