@@ -201,6 +201,7 @@ def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
             documents += parse_fhir_bundle(path, tenant=tenant, access=access)
         else:
             raise DocqaError(f"no such file or directory: {path}")
+    from docqa.audit.cli import cli_actor
     from docqa.topics import refit_topic_model, schedule_topic_refit, tenant_topic_assigner, topic_model_status
 
     runtime = _runtime(settings)
@@ -218,7 +219,7 @@ def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
     print(f"{len(patients)} patients: {written} records written, {deleted} stale records deleted")
     if args.refit_topics:
         try:
-            info = refit_topic_model(runtime, tenant)
+            info = refit_topic_model(runtime, tenant, actor=cli_actor())
         except ValueError as exc:
             print(f"topic model: not refitted ({exc})", file=sys.stderr)
         else:
@@ -234,6 +235,7 @@ def cmd_records(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.audit.cli import cli_actor
     from docqa.topics import refit_topic_model, topic_model_status
 
     tenant = args.tenant or settings.tenant
@@ -242,7 +244,7 @@ def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(status.to_dict()) if args.json else status.message())
         return 0
     try:
-        info = refit_topic_model(_runtime(settings), tenant)
+        info = refit_topic_model(_runtime(settings), tenant, actor=cli_actor())
     except ValueError as exc:
         raise DocqaError(f"cannot fit a topic model for tenant {tenant!r}: {exc}") from exc
     print(f"topic model version {info.version} for tenant {tenant!r}: {info.n_topics} topics ({info.mode})")

@@ -321,17 +321,19 @@ def tag_documents(model: FittedTopicModel, documents: list[Document], temperatur
 # ---- admin: refit a tenant's model, and whether it covers the tenant's documents ---------------------------------
 
 
-def refit_topic_model(runtime: Runtime, tenant: str) -> TopicModelInfo:
+def refit_topic_model(runtime: Runtime, tenant: str, actor: str = "system") -> TopicModelInfo:
     """Fit version N+1 on every stored document of `tenant`, then tag and re-write those documents.
 
     Queries keep using the version their documents were tagged with until this runs: by an admin
     (`docqa topics refit`) or automatically after an ingestion (`schedule_topic_refit`). Documents are re-written
-    with the new version's tags (same ids, so in place).
+    with the new version's tags (same ids, so in place). The re-tagging is a `topics.refit` audit event (by
+    `actor`), committed only when the store write succeeded.
 
     :raises ValueError: When the tenant has too few documents to fit a topic model.
     """
     from haystack.document_stores.types import DuplicatePolicy
 
+    from docqa.audit.events import TOPICS_REFIT, event_around
     from docqa.components.topic_assigner import TopicAssigner
 
     store = runtime.document_store
@@ -340,7 +342,11 @@ def refit_topic_model(runtime: Runtime, tenant: str) -> TopicModelInfo:
                              document_embedder=runtime.document_embedder())
     info = assigner.fit(documents)
     tagged = assigner.run(documents=documents)["documents"]
-    store.write_documents(tagged, policy=DuplicatePolicy.OVERWRITE)
+    with event_around(runtime.settings, tenant=tenant, actor=actor, action=TOPICS_REFIT,
+                      target=f"topics:{tenant}",
+                      after={"version": info.version, "mode": info.mode, "documents": info.n_documents,
+                             "topics": info.n_topics}):
+        store.write_documents(tagged, policy=DuplicatePolicy.OVERWRITE)
     return info
 
 

@@ -547,3 +547,40 @@ class TestConfigurationEvents:
 
         create_app(settings, runtime=app.state.context.runtime)  # a second worker, same configuration
         assert [e.action for e in events_of(settings, action=ev.CONFIG_LOADED)] == [ev.CONFIG_LOADED]
+
+
+class TestTopicRefitEvents:
+    def runtime(self, tmp_path):
+        from haystack import Document
+
+        from docqa.runtime import Runtime
+        from docqa.stores.embedded import EmbeddedDocumentStore
+        from tests.support.hash_embedder import HashDocumentEmbedder
+
+        settings = Settings(data_dir=tmp_path)
+        upgrade_database(settings)
+        store = EmbeddedDocumentStore(str(tmp_path / "store.sqlite3"))
+        runtime = Runtime(settings, document_store=store,
+                          chat_generator_factory=lambda role: ScriptedChatGenerator(default="x"))
+        words = {"lab_result": "glucose cholesterol serum panel", "medication": "tablet oral dose daily"}
+        documents = [Document(id=f"{kind}-{i}", content=f"{text} n{i}", meta={
+            "tenant": "t", "access": ["alice"], "record_type": kind}) for kind, text in words.items() for i in range(6)]
+        store.write_documents(HashDocumentEmbedder().run(documents=documents)["documents"])
+        return runtime
+
+    def test_a_refit_is_one_event_and_a_failed_rewrite_none(self, tmp_path, monkeypatch):
+        from docqa.topics import refit_topic_model
+
+        runtime = self.runtime(tmp_path)
+        refit_topic_model(runtime, "t", actor="cli:ops")
+        refitted = events_of(runtime.settings, action=ev.TOPICS_REFIT)
+        assert [(e.tenant, e.actor, e.target, e.after["version"], e.after["documents"]) for e in refitted] == [
+            ("t", "cli:ops", "topics:t", 1, 12)]
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("store unavailable")
+
+        monkeypatch.setattr(runtime.document_store, "write_documents", broken)
+        with pytest.raises(RuntimeError):
+            refit_topic_model(runtime, "t")
+        assert len(events_of(runtime.settings, action=ev.TOPICS_REFIT)) == 1
