@@ -584,3 +584,93 @@ class TestTopicRefitEvents:
         with pytest.raises(RuntimeError):
             refit_topic_model(runtime, "t")
         assert len(events_of(runtime.settings, action=ev.TOPICS_REFIT)) == 1
+
+
+def mixed_chain(settings) -> None:
+    """Links 1..6: trace, event, trace, event, event, trace."""
+    fill(settings, 1)
+    event(settings, utc(2026, 3, 1), ev.USER_CREATED, "user:bob", after={"groups": [], "active": True})
+    fill(settings, 1)
+    event(settings, utc(2026, 3, 2), ev.GROUP_MEMBER_ADDED, "group:finance", after={"members": ["bob"], "user": "bob"})
+    event(settings, utc(2026, 3, 3), ev.KEY_REVOKED, "key:k1", after={"revoked": True})
+    fill(settings, 1)
+
+
+def relink_with(settings, key: bytes, from_seq: int, edit) -> None:
+    """Edit link `from_seq` with `edit(payload)`, then recompute it and every later link's MAC with `key`."""
+    from docqa.audit.canonical import canonical_bytes, link_payload
+    from docqa.audit.chain import link_mac
+    from docqa.audit.verify import is_event, iter_links
+
+    updates, prev = [], None
+    with session_factory(settings)() as session:
+        for link in iter_links(session):
+            if link.seq < from_seq:
+                prev = link.mac
+                continue
+            payload = link_payload(link)
+            if link.seq == from_seq:
+                edit(payload)
+            mac = link_mac(key, link.seq, prev, canonical_bytes(payload))
+            table = "audit_events" if is_event(link) else "audit_traces"
+            updates.append((f"UPDATE {table} SET prev_mac = :p, mac = :m WHERE seq = :s",
+                            {"p": prev, "m": mac, "s": link.seq}))
+            if link.seq == from_seq and is_event(link):
+                updates.append(("UPDATE audit_events SET actor = :a WHERE seq = :s",
+                                {"a": payload["actor"], "s": link.seq}))
+            prev = mac
+    tamper(settings, *updates)
+
+
+class TestTamperBatteryOverMixedLinks:
+    """Every kind of tampering with a chain of traces and events is caught, at the right link."""
+
+    @pytest.mark.parametrize(("name", "statements", "seq", "reason"), [
+        ("edit an event", [("UPDATE audit_events SET target = 'user:mallory' WHERE seq = 4", {})], 4, "edited"),
+        ("edit a trace", [("UPDATE audit_traces SET answer = 'x' WHERE seq = 3", {})], 3, "edited"),
+        ("delete an event", [("DELETE FROM audit_events WHERE seq = 2", {})], 2, "missing"),
+        ("reorder an event and a trace", [("UPDATE audit_traces SET seq = 100 WHERE seq = 3", {}),
+                                          ("UPDATE audit_events SET seq = 3 WHERE seq = 4", {}),
+                                          ("UPDATE audit_traces SET seq = 4 WHERE seq = 100", {})], 3, "MAC"),
+        # A forged event (no key: it copies link 5's MAC) slipped in as link 6, the last trace pushed to 7.
+        ("insert an event between links", [
+            ("UPDATE audit_traces SET seq = 7 WHERE seq = 6", {}),
+            ("INSERT INTO audit_events (id, seq, at, tenant, actor, action, target, before, after, result, "
+             "request_id, prev_mac, mac) SELECT 'forged', 6, at, tenant, actor, 'user.created', 'user:eve', "
+             "before, after, result, request_id, mac, mac FROM audit_events WHERE seq = 5", {})], 6, "forged"),
+    ])
+    def test_tampering_is_caught_at_its_link(self, settings, name, statements, seq, reason):
+        mixed_chain(settings)
+        tamper(settings, *statements)
+        with session_factory(settings)() as session:
+            report = verify_chain(session, hmac_key(settings))
+        assert not report.ok, name
+        assert report.broken.seq == seq and reason.lower() in report.broken.reason.lower(), report.broken
+
+    def test_truncating_the_tail_is_caught_by_a_signed_checkpoint(self, settings):
+        from tests.support.audit_contract import head_checkpoint, verify
+
+        mixed_chain(settings)
+        checkpoint = head_checkpoint(settings)
+        tamper(settings, ("DELETE FROM audit_steps WHERE trace_id IN (SELECT id FROM audit_traces WHERE seq = 6)", {}),
+               ("DELETE FROM audit_traces WHERE seq = 6", {}), ("DELETE FROM audit_events WHERE seq = 5", {}))
+        assert verify(settings).ok  # the shorter chain is consistent on its own...
+        report = verify(settings, checkpoint)
+        assert not report.ok and "truncated" in report.broken.reason  # ...but not with what was signed
+
+    def test_recomputing_the_macs_without_the_key_is_caught(self, settings):
+        mixed_chain(settings)
+        relink_with(settings, b"attacker-guess-" * 3, 4, lambda payload: payload.update(actor="mallory"))
+        with session_factory(settings)() as session:
+            report = verify_chain(session, hmac_key(settings))
+        assert not report.ok and report.broken.seq == 4
+
+    def test_recomputing_with_the_key_is_what_the_checkpoint_is_for(self, settings):
+        from tests.support.audit_contract import head_checkpoint, verify
+
+        mixed_chain(settings)
+        checkpoint = head_checkpoint(settings)
+        relink_with(settings, hmac_key(settings), 4, lambda payload: payload.update(actor="mallory"))
+        assert verify(settings).ok  # a key holder can rewrite the live chain consistently...
+        report = verify(settings, checkpoint)
+        assert not report.ok and "rewritten" in report.broken.reason  # ...but not the signed head
