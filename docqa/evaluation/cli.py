@@ -4,6 +4,7 @@ Registered by docqa.cli's optional command hooks; the work is in runner, report 
 
 Usage:
     docqa eval --dataset questions.jsonl --pipelines standard,resp --out runs/2026-11 --principal group:hr
+    docqa eval --dataset hotpot_dev.json --corpus hotpot_dev.json --pipelines standard,atrag --out runs/hotpot
     docqa eval compare runs/2026-10 runs/2026-11 --metric f1 --threshold 0.02   # exit 1 on a regression
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from docqa.access import EVERYONE, AccessScope
 from docqa.errors import DocqaError
+from docqa.evaluation.datasets import FORMATS
 from docqa.settings import Settings
 
 EXIT_REGRESSION = 1
@@ -23,11 +25,16 @@ EXIT_REGRESSION = 1
 
 def add_eval_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate strategies side by side on a question set (and compare runs)")
-    p.add_argument("--dataset", type=Path, help="questions: FlashRAG-style .jsonl or a question,answer .csv")
+    p.add_argument("--dataset", type=Path,
+                   help="questions: FlashRAG-style .jsonl, ASQA, HotpotQA, MuSiQue, ODSum queries.jsonl, "
+                        "or a question,answer .csv")
+    p.add_argument("--format", dest="dataset_format", default="auto", choices=FORMATS,
+                   help="the --dataset layout (default: detected from its first entry)")
     p.add_argument("--pipelines", default="standard", help="comma-separated strategy names (see `docqa pipelines`)")
     p.add_argument("--out", type=Path, help="directory for results.jsonl, summary.csv, report.md/.html, plots")
     p.add_argument("--corpus", type=Path,
-                   help="passages of the dataset (FlashRAG JSONL: id, contents), stored into --tenant first")
+                   help="passages of the dataset, stored into --tenant first: FlashRAG JSONL (id, contents), a "
+                        "HotpotQA or MuSiQue corpus or question file (its contexts/paragraphs), ODSum stories")
     p.add_argument("--allow", action="append", metavar="PRINCIPAL",
                    help="principal allowed to read the --corpus passages (repeatable; default: everyone)")
     p.add_argument("--limit", type=int, help="only the first N questions")
@@ -51,7 +58,7 @@ def add_eval_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
-    from docqa.evaluation.datasets import load_dataset
+    from docqa.evaluation.datasets import load_dataset, with_story_support
     from docqa.evaluation.report import markdown_table, write_reports
     from docqa.evaluation.runner import run_evaluation
     from docqa.runtime import Runtime
@@ -63,14 +70,16 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     names = [n.strip() for n in args.pipelines.split(",") if n.strip()]
     if not names:
         raise DocqaError("--pipelines names no strategy")
-    questions = load_dataset(args.dataset)[: args.limit]
+    questions = load_dataset(args.dataset, args.dataset_format)[: args.limit]
     scope = AccessScope(tenant=args.tenant or settings.tenant, principals=frozenset(args.principal or []))
     options: dict[str, Any] = {"top_k": args.top_k} if args.top_k is not None else {}
     runtime = Runtime(settings)
     if args.corpus is not None:
-        from docqa.evaluation.corpus import ensure_corpus
+        from docqa.evaluation.corpus import read_corpus, write_missing
 
-        written = ensure_corpus(runtime, args.corpus, tenant=scope.tenant, access=args.allow or [EVERYONE])
+        corpus = read_corpus(args.corpus, tenant=scope.tenant, access=args.allow or [EVERYONE])
+        questions = with_story_support(questions, corpus)
+        written = write_missing(runtime, corpus)
         print(f"corpus {args.corpus}: {written} new passages stored for tenant {scope.tenant!r}", file=sys.stderr)
     records = run_evaluation(runtime, questions, names, args.out, scope=scope, label=args.label,
                              options=options, resume=args.resume, progress=not args.quiet, recall_k=args.recall_k)

@@ -7,9 +7,12 @@ ASQA's layout is read too (a `.json` array or JSONL of objects with `qa_pairs[].
 `annotations[].long_answer`): the long answers are the references for ROUGE-L, the short answers score
 short-answer recall.
 CSV: a header with `question` and `answer` columns (`|` separates accepted answers), optional `id`.
+HotpotQA, MuSiQue and ODSum files are read in their published layouts (see `formats`), detected from the first
+entry or named with `fmt`.
 
 Usage:
     questions = load_dataset(Path("questions.jsonl"))
+    questions = load_dataset(Path("hotpotqa_dev.json"), fmt="hotpotqa")
     questions[0].answers, questions[0].supporting_ids
 """
 
@@ -18,11 +21,17 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docqa.errors import DocqaError
+from docqa.evaluation.formats import LAYOUTS, detect_format, question_fields
+
+if TYPE_CHECKING:
+    from haystack import Document
+
+FORMATS = ("auto", "flashrag", "asqa", "csv", *LAYOUTS)
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,7 @@ class EvalQuestion:
     record_ids: tuple[str, ...] | None = None
     short_answers: tuple[tuple[str, ...], ...] = ()
     run_inputs: dict[str, Any] = field(default_factory=dict)
+    gold_title: str | None = None  # ODSum: the story whose pieces are the supporting passages
 
 
 def question_id(question: str) -> str:
@@ -41,17 +51,23 @@ def question_id(question: str) -> str:
     return hashlib.sha256(question.strip().encode()).hexdigest()[:16]
 
 
-def load_dataset(path: Path) -> list[EvalQuestion]:
-    """Questions of a `.jsonl`, `.json` (array) or `.csv` file; a bad entry raises DocqaError naming where."""
+def load_dataset(path: Path, fmt: str = "auto") -> list[EvalQuestion]:
+    """Questions of a `.jsonl`, `.json` (array) or `.csv` file; a bad entry raises DocqaError naming where.
+
+    :param fmt: one of FORMATS; "auto" detects HotpotQA, MuSiQue and ODSum from the first entry and reads
+        anything else as FlashRAG-style/ASQA objects (or CSV by its suffix).
+    """
+    if fmt not in FORMATS:
+        raise DocqaError(f"unknown dataset format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if not path.is_file():
         raise DocqaError(f"no such dataset file: {path}")
     suffix = path.suffix.lower()
-    if suffix == ".json":
-        questions = _read_json_array(path)
-    elif suffix == ".jsonl":
-        questions = _read_jsonl(path)
-    elif suffix == ".csv":
+    if fmt == "csv" or (fmt == "auto" and suffix == ".csv"):
         questions = _read_csv(path)
+    elif suffix == ".json":
+        questions = _from_entries(_read_json_array(path), fmt)
+    elif suffix == ".jsonl":
+        questions = _from_entries(_read_jsonl(path), fmt)
     else:
         raise DocqaError(f"unsupported dataset format {suffix or '(none)'!r}: expected .jsonl, .json or .csv")
     ids = [q.id for q in questions]
@@ -84,12 +100,30 @@ def _from_object(raw: Any, where: str) -> EvalQuestion:
     return EvalQuestion(
         id=str(raw.get("id") or question_id(raw["question"])), question=raw["question"].strip(), answers=answers,
         supporting_ids=supporting, record_ids=None if records is None else _strings(records), short_answers=short,
-        run_inputs=run_inputs,
+        run_inputs=run_inputs, gold_title=raw.get("gold_title"),
     )
 
 
-def _read_jsonl(path: Path) -> list[EvalQuestion]:
-    questions = []
+def _from_entries(entries: list[tuple[str, Any]], fmt: str) -> list[EvalQuestion]:
+    layout = fmt if fmt in LAYOUTS else None
+    if fmt == "auto" and entries:
+        layout = detect_format(entries[0][1])
+    if layout is None:
+        return [_from_object(raw, where) for where, raw in entries]
+    return [_from_object(fields, where) for where, raw in entries for fields in question_fields(layout, raw, where)]
+
+
+def with_story_support(questions: list[EvalQuestion], corpus: list[Document]) -> list[EvalQuestion]:
+    """ODSum questions with their gold story's pieces (from the stories read as the corpus) as supporting ids."""
+    by_title: dict[str, list[str]] = {}
+    for doc in corpus:
+        by_title.setdefault(str(doc.meta.get("title", "")), []).append(doc.id)
+    return [replace(q, supporting_ids=tuple(by_title.get(q.gold_title, ())))
+            if q.gold_title is not None and not q.supporting_ids else q for q in questions]
+
+
+def _read_jsonl(path: Path) -> list[tuple[str, Any]]:
+    entries = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -97,18 +131,18 @@ def _read_jsonl(path: Path) -> list[EvalQuestion]:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DocqaError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-        questions.append(_from_object(raw, f"{path}:{number}"))
-    return questions
+        entries.append((f"{path}:{number}", raw))
+    return entries
 
 
-def _read_json_array(path: Path) -> list[EvalQuestion]:
+def _read_json_array(path: Path) -> list[tuple[str, Any]]:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise DocqaError(f"{path}: not JSON ({exc.msg})") from exc
     if not isinstance(raw, list):
         raise DocqaError(f"{path}: expected a JSON array of questions (or use .jsonl, one object a line)")
-    return [_from_object(item, f"{path}[{index}]") for index, item in enumerate(raw)]
+    return [(f"{path}[{index}]", item) for index, item in enumerate(raw)]
 
 
 def _read_csv(path: Path) -> list[EvalQuestion]:
