@@ -91,3 +91,22 @@ def test_only_answer_calls_stream_and_only_while_someone_listens():
         second(type("Chunk", (), {"content": "Bergen"})())
     assert received == [("Oslo", 1), ("Bergen", 2)]
     assert answer_streaming_callback("answer") is None
+
+
+def test_a_draft_the_final_answer_replaces_is_followed_by_the_final_answer(tmp_path):
+    from openai import OpenAI
+
+    # An echoing model: the streamed draft repeats the prompt, which the answer generator strips.
+    with scripted_openai_server(mode="echo", answer="Oslo.") as base_url:
+        generator = OpenAIChatGenerator(api_key=Secret.from_token("test"), model=MODEL, api_base_url=base_url)
+        app, keys = build_test_app(tmp_path, generator)
+        with TestClient(app) as client:
+            openai = OpenAI(base_url="http://testserver/v1", api_key=keys["alice"], http_client=client)
+            chunks = list(openai.chat.completions.create(model="standard", stream=True, messages=[
+                {"role": "user", "content": "Where is Halcyon headquartered?"}]))
+            final = client.post("/v1/query", headers=auth(keys["alice"]), json={
+                "question": "Where is Halcyon headquartered?", "pipeline": "standard"}).json()
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    draft, _, after = text.partition("\n\n---\n")
+    assert draft.startswith("Oslo.\n") and "Where is Halcyon headquartered?" in draft
+    assert after and after.endswith(final["answer"]) and "Where is Halcyon" not in after
