@@ -81,3 +81,13 @@ def test_a_conversation_streams_shows_its_reasoning_and_is_reopened_and_deleted(
     assert page.locator("#conversation-turns li").count() == 0
     assert httpx.get(f"{stack.base_url}/v1/conversations", headers=stack.auth("alice")).json() == {
         "conversations": []}
+
+
+def test_an_iterative_strategy_shows_its_memories_and_judgement_on_the_timeline(page, stack, tmp_path):  # noqa: F811
+    sign_in(page, stack, "alice")
+    ask(page, QUESTION, "resp")
+    assert f"Query\n{QUESTION}" in _substance(page, "retrieval")
+    assert "Memory (global evidence)\nScripted answer." in _substance(page, "summary")
+    # The scripted model's constrained replies take the first allowed value: the judge says it has enough.
+    assert "Judgement\nenough information to answer" in _substance(page, "judgement")
+    page.screenshot(path=str(_artifacts(tmp_path) / "resp-timeline.png"), full_page=True)
