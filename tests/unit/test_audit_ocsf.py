@@ -281,3 +281,32 @@ class TestHttpCollector:
         assert shipped_seqs(received.received) == [1, 2]
         assert "2 OCSF records shipped" in capsys.readouterr().err
         assert verify_ocsf_lines(received.received, hmac_key(settings), contiguous=False).ok
+
+
+class TestAuditorExport:
+    def test_an_auditor_exports_and_counts_only_their_tenants_events_as_valid_ocsf(self, tmp_path):
+        from fastapi.testclient import TestClient
+
+        from tests.support.scripted_chat import ScriptedChatGenerator
+        from tests.support.server_app import auth, build_test_app
+
+        app, keys = build_test_app(tmp_path, ScriptedChatGenerator(default="unused"))
+        with TestClient(app) as client:
+            client.post("/v1/admin/users", json={"id": "carol"}, headers=auth(keys["root"]))
+            client.put("/v1/admin/groups/legal/members/carol", headers=auth(keys["root"]))  # no such group: refused
+            client.post("/v1/admin/groups", json={"name": "legal"}, headers=auth(keys["root"]))
+            client.put("/v1/admin/groups/legal/members/carol", headers=auth(keys["root"]))
+            client.post("/v1/admin/users", json={"id": "zoe"}, headers=auth(keys["zadmin"]))
+            client.get("/v1/me", headers={"Authorization": "Bearer dq_wrong"})  # a failed sign-in, no tenant
+            lines = client.get("/v1/audit/events/export", params={"format": "ocsf"},
+                               headers=auth(keys["audrey"])).content.splitlines()
+            total = client.get("/v1/audit/events", headers=auth(keys["audrey"])).json()["total"]
+            other = client.get("/v1/audit/events/export", params={"format": "ocsf"},
+                               headers=auth(keys["zaudit"])).content.splitlines()
+        records = [json.loads(line) for line in lines]
+        assert [r["metadata"]["tenant_uid"] for r in records] == ["acme"] * len(records) and total == len(records) == 3
+        assert [(r["class_uid"], r["activity_id"]) for r in records] == [(3001, 1), (6003, 1), (3001, 7)]
+        assert all(ocsf_problems(r) == [] for r in records)
+        assert [json.loads(line)["user"]["uid"] for line in other] == ["zoe"]
+        settings = app.state.context.settings
+        assert verify_ocsf_lines(lines, hmac_key(settings), contiguous=False).ok
