@@ -26,6 +26,7 @@ Usage:
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from docqa.stores.filters import StoredRecord, compile_filters, referenced_fields
+from docqa.stores.filters import StoredRecord, compile_filters, field_path, referenced_fields
 from docqa.stores.tokenizer import STOP_WORDS, TOKEN, tokenize
 
 # Loads non-meta Document fields (content, blob, ...) for the given sequence numbers, for filters naming them.
@@ -82,6 +83,8 @@ class Segment:
     weights: np.ndarray
     dense: dict[int, DenseBlock]
     filter_masks: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict)
+    # meta key -> text value -> positions holding it (a segment's metas never change), for `==` fast paths.
+    value_index: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -372,9 +375,58 @@ class _Vocabulary(dict[str, int]):
         return term_id
 
 
+# Haystack's `==` also equates two ISO dates written differently, which a value lookup would miss.
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _equalities(filters: dict[str, Any]) -> list[tuple[str, str]]:
+    """`meta.KEY == "text"` conditions every match must satisfy (through nested ANDs only)."""
+    if filters.get("operator") == "AND" and isinstance(filters.get("conditions"), list):
+        return [pair for child in filters["conditions"] if isinstance(child, dict) for pair in _equalities(child)]
+    value, name = filters.get("value"), filters.get("field")
+    if filters.get("operator") != "==" or not isinstance(value, str) or not isinstance(name, str):
+        return []
+    path = field_path(name)
+    if len(path) != 2 or path[0] != "meta" or _ISO_DATE.match(value):
+        return []
+    return [(path[1], value)]
+
+
+def _value_positions(segment: Segment, key: str) -> dict[str, np.ndarray]:
+    index = segment.value_index.get(key)
+    if index is None:
+        found: dict[str, list[int]] = {}
+        for position, meta in enumerate(segment.metas):
+            value = meta.get(key)
+            # A list matches when any item does (see `compile_filters`).
+            for item in {value} if isinstance(value, str) else set(value) if isinstance(value, list) else ():
+                if isinstance(item, str):
+                    found.setdefault(item, []).append(position)
+        index = segment.value_index[key] = {v: np.asarray(p, dtype=np.int64) for v, p in found.items()}
+    return index
+
+
 def _evaluate(segment: Segment, filters: dict[str, Any], load_fields: FieldLoader) -> np.ndarray:
     predicate = compile_filters(filters)
     other_fields = referenced_fields(filters) - {"id", "meta"}
+    equalities = _equalities(filters)
+    if equalities:
+        # Only the positions holding every required value can match: the predicate runs on those alone, so a
+        # per-patient filter costs the patient's records, not the whole segment's.
+        candidates: np.ndarray | None = None
+        for key, value in equalities:
+            positions = _value_positions(segment, key).get(value, np.zeros(0, dtype=np.int64))
+            candidates = positions if candidates is None else np.intersect1d(candidates, positions,
+                                                                             assume_unique=True)
+        assert candidates is not None
+        mask = np.zeros(segment.size, dtype=bool)
+        if len(candidates):
+            picked = candidates.tolist()
+            extras = load_fields(segment.seqs[candidates].tolist(), other_fields) if other_fields else None
+            mask[candidates] = np.fromiter(
+                (predicate(StoredRecord(id=segment.ids[i], meta=segment.metas[i], extra=extras[j] if extras else {}))
+                 for j, i in enumerate(picked)), dtype=bool, count=len(picked))
+        return mask
     extras = load_fields(segment.seqs.tolist(), other_fields) if other_fields else None
     records = (
         StoredRecord(id=doc_id, meta=meta, extra=extras[i] if extras else {})
