@@ -7,7 +7,9 @@ own) -- independently of the parsers and of RecordQueryResolver. The question is
 `atrag` pipeline (with an `as_of` instant and the patient id) and the records
 of the answer's record table are compared with the gold set as multisets of
 (patient, record type, UTC instant, code, encounter). The answering model is a constant "Yes": the record table
-does not depend on it. Each patient is asked twice: as of the day after the last encounter and as of the day
+does not depend on it. Two kinds name the patient instead of giving its id ("What were Max Kris's laboratory
+results in the last year?"; the name read here from the source file, the gold set that of the id-based kind).
+Each patient is asked twice: as of the day after the last encounter and as of the day
 after the median encounter. Prints a table; asserts nothing.
 
 With --baseline, every record is also embedded, a topic model fitted, and each question answered the way the
@@ -342,6 +344,33 @@ KINDS: dict[str, Gold] = {
 }
 
 
+def _plain(name: str) -> str:
+    """A Synthea name part without its numeric suffix ("Max917" -> "Max")."""
+    return " ".join(re.sub(r"\d+$", "", word) for word in name.split())
+
+
+def patient_names(records_dir: Path) -> dict[str, str]:
+    """Each shared patient's name as its source file writes it (FHIR official name, CSV FIRST and LAST)."""
+    names = {}
+    for path in sorted((records_dir / "synthea_fhir_r4").glob("*.json")):
+        for entry in json.loads(path.read_text())["entry"]:
+            if entry["resource"]["resourceType"] == "Patient":
+                official = next(n for n in entry["resource"]["name"] if n.get("use") == "official")
+                names[entry["resource"]["id"]] = _plain(" ".join([*official["given"], official["family"]]))
+    with (records_dir / "synthea_csv" / "patients.csv").open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            names[row["Id"]] = _plain(f"{row['FIRST']} {row['LAST']}")
+    return names
+
+
+# Kinds asked by the patient's name instead of the patient id (the same gold sets as their id-based kinds).
+BY_NAME: dict[str, tuple[str, Gold]] = {
+    "labs by patient name, last year": ("What were {name}'s laboratory results in the last year?", _labs_last_year),
+    "conditions by name, last visit": ("Which conditions were active at {name}'s last visit?",
+                                       _conditions_at_last_visit),
+}
+
+
 class ConstantChatGenerator:
     """Answers "Yes" to everything: the first answer is accepted and the record table stands as computed."""
 
@@ -397,9 +426,12 @@ def main() -> None:
         pipeline = build_pipeline("atrag", runtime, max_iterations=1, max_scoped_records=1000)
         scope = AccessScope(tenant=TENANT, principals=frozenset({"clinicians"}))
         print(f"{len(documents)} records of {len(by_patient)} patients (+{len(decoys)} decoys of another tenant)")
-        totals: dict[str, list[int]] = {kind: [0, 0, 0, 0, 0] for kind in KINDS}  # hit, retrieved, gold, asked, exact
-        before: dict[str, list[int]] = {kind: [0, 0] for kind in KINDS}  # baseline hit, retrieved
+        names = patient_names(records_dir)
+        kinds: dict[str, Gold] = {**KINDS, **{kind: gold for kind, (_, gold) in BY_NAME.items()}}
+        totals: dict[str, list[int]] = {kind: [0, 0, 0, 0, 0] for kind in kinds}  # hit, retrieved, gold, asked, exact
+        before: dict[str, list[int]] = {kind: [0, 0] for kind in kinds}  # baseline hit, retrieved
         latencies = []
+        trends = [0, 0]  # trend tables asked, in date order with a value and unit on every row
         for patient, records in sorted(by_patient.items()):
             last = _last_encounter(records, datetime.max.replace(tzinfo=UTC))
             if last is None:
@@ -407,16 +439,25 @@ def main() -> None:
             encounters = sorted(r.when for r in records if r.record_type == "encounter" and r.when)
             instants = [last.when + timedelta(days=1), encounters[len(encounters) // 2] + timedelta(days=1)]
             for as_of, (kind, gold_of) in [(moment.replace(hour=0, minute=0, second=0, microsecond=0), item)
-                                            for moment in dict.fromkeys(instants) for item in KINDS.items()]:
+                                            for moment in dict.fromkeys(instants) for item in kinds.items()]:
                 made = gold_of(records, as_of)
-                if made is None:
+                if made is None or (kind in BY_NAME and patient not in names):
                     continue
                 question, gold = made
+                asked_for = patient
+                if kind in BY_NAME:
+                    # Only the name says whose records: the resolver finds the patient among the readable ones.
+                    question, asked_for = BY_NAME[kind][0].format(name=names[patient]), None
                 started = time.perf_counter()
-                result = pipeline.run(question, scope, as_of=as_of.strftime(UTC_TEXT), patient_id=patient)
+                result = pipeline.run(question, scope, as_of=as_of.strftime(UTC_TEXT), patient_id=asked_for)
                 latencies.append(time.perf_counter() - started)
                 table = result.steps[-1].outputs.get("table") if result.steps[-1].kind == "record_table" else None
                 ids = [row["record_id"] for row in table["rows"]] if table else []
+                if kind in ("HbA1c trend, 3 years", "cholesterol since YEAR") and table and table["rows"]:
+                    dates = [_instant(row["date"]) for row in table["rows"]]
+                    trends[0] += 1
+                    trends[1] += int(dates == sorted(dates) and all(row["value"] is not None and row["unit"]
+                                                                    for row in table["rows"]))
                 retrieved = Counter(keys.get(i, ("foreign", i, "", "", "")) for i in ids)
                 wanted = Counter(r.key for r in gold)
                 hit = sum((retrieved & wanted).values())
@@ -426,7 +467,7 @@ def main() -> None:
                 row[2] += sum(wanted.values())
                 row[3] += 1
                 row[4] += int(retrieved == wanted)
-                if baseline:
+                if baseline and kind not in BY_NAME:
                     old = _baseline_ids(pipeline, question, scope, as_of.strftime(UTC_TEXT), patient)
                     old_retrieved = Counter(keys.get(i, ("foreign", i, "", "", "")) for i in old)
                     before[kind][0] += sum((old_retrieved & wanted).values())
@@ -450,6 +491,8 @@ def main() -> None:
         print(f"{kind:<32} {asked:>5} {exact:>5} {gold:>6} {retrieved:>8} {precision:>9.3f} {recall:>6.3f}{old}")
     print(f"{'all kinds (micro)':<32} {'':>5} {'':>5} {all_gold:>6} {all_retrieved:>8} "
           f"{all_hit / max(all_retrieved, 1):>9.3f} {all_hit / max(all_gold, 1):>6.3f}")
+    print(f"trend tables (HbA1c, cholesterol): {trends[1]} of {trends[0]} in date order with a value and unit "
+          "on every row")
     latencies.sort()
     if latencies:
         print(f"\nlatency per question (constant model): p50 {latencies[len(latencies) // 2] * 1000:.0f} ms, "
