@@ -379,17 +379,20 @@ class _Vocabulary(dict[str, int]):
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-def _equalities(filters: dict[str, Any]) -> list[tuple[str, str]]:
-    """`meta.KEY == "text"` conditions every match must satisfy (through nested ANDs only)."""
+def _equalities(filters: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """`meta.KEY == "text"` and `meta.KEY in ["text", ...]` conditions every match must satisfy (through nested
+    ANDs only), as (key, the values one of which it must hold)."""
     if filters.get("operator") == "AND" and isinstance(filters.get("conditions"), list):
         return [pair for child in filters["conditions"] if isinstance(child, dict) for pair in _equalities(child)]
-    value, name = filters.get("value"), filters.get("field")
-    if filters.get("operator") != "==" or not isinstance(value, str) or not isinstance(name, str):
+    value, name, operator = filters.get("value"), filters.get("field"), filters.get("operator")
+    values = [value] if operator == "==" else value if operator == "in" and isinstance(value, list) else None
+    if not values or not isinstance(name, str) or not all(isinstance(v, str) and not _ISO_DATE.match(v)
+                                                          for v in values):
         return []
     path = field_path(name)
-    if len(path) != 2 or path[0] != "meta" or _ISO_DATE.match(value):
+    if len(path) != 2 or path[0] != "meta":
         return []
-    return [(path[1], value)]
+    return [(path[1], values)]
 
 
 def _value_positions(segment: Segment, key: str) -> dict[str, np.ndarray]:
@@ -414,8 +417,9 @@ def _evaluate(segment: Segment, filters: dict[str, Any], load_fields: FieldLoade
         # Only the positions holding every required value can match: the predicate runs on those alone, so a
         # per-patient filter costs the patient's records, not the whole segment's.
         candidates: np.ndarray | None = None
-        for key, value in equalities:
-            positions = _value_positions(segment, key).get(value, np.zeros(0, dtype=np.int64))
+        for key, values in equalities:
+            index = _value_positions(segment, key)
+            positions = np.unique(np.concatenate([index.get(v, np.zeros(0, dtype=np.int64)) for v in values]))
             candidates = positions if candidates is None else np.intersect1d(candidates, positions,
                                                                              assume_unique=True)
         assert candidates is not None

@@ -1,4 +1,4 @@
-"""The embedded store's `meta.KEY == "text"` fast path selects exactly what the plain filter predicate selects."""
+"""The embedded store's `meta.KEY == "text"` / `in [...]` fast path selects exactly what the plain filter predicate selects."""
 
 from __future__ import annotations
 
@@ -51,6 +51,10 @@ def test_equality_filters_match_the_plain_predicate(tmp_path: Path) -> None:
         ]},
         {"operator": "AND", "conditions": [{"field": "meta.access", "operator": "==", "value": "b"},
                                            {"field": "meta.patient_id", "operator": "!=", "value": "p1"}]},
+        {"field": "meta.patient_id", "operator": "in", "value": ["p2", "p3", "nobody"]},
+        {"field": "meta.patient_id", "operator": "in", "value": ["p1", "2020-01-01"]},  # a date: no fast path
+        {"operator": "AND", "conditions": [{"field": "meta.record_type", "operator": "in", "value": ["medication"]},
+                                           {"field": "meta.tenant", "operator": "==", "value": "u"}]},
         {"operator": "OR", "conditions": [{"field": "meta.patient_id", "operator": "==", "value": "p1"},
                                           {"field": "meta.tenant", "operator": "==", "value": "u"}]},
     ]
