@@ -11,6 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LLMRole = Literal["reasoner", "summarizer", "generator", "grader", "planner"]
 LLM_ROLES: tuple[str, ...] = ("reasoner", "summarizer", "generator", "grader", "planner")
+# `docqa eval --judge`'s grader, configured like a role (DOCQA_LLM_ROLES__JUDGE__*); no strategy uses it, so it
+# is not among LLM_ROLES, the models every trace records as having answered.
+JUDGE_ROLE = "judge"
 
 
 class LLMEndpoint(BaseModel):

@@ -5,6 +5,7 @@ Registered by docqa.cli's optional command hooks; the work is in runner, report 
 Usage:
     docqa eval --dataset questions.jsonl --pipelines standard,resp --out runs/2026-11 --principal group:hr
     docqa eval --dataset hotpot_dev.json --corpus hotpot_dev.json --pipelines standard,atrag --out runs/hotpot
+    DOCQA_LLM_ROLES__JUDGE__MODEL=big-model docqa eval --dataset q.jsonl --pipelines standard --out r --judge
     docqa eval compare runs/2026-10 runs/2026-11 --metric f1 --threshold 0.02   # exit 1 on a regression
 """
 
@@ -44,6 +45,9 @@ def add_eval_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recall-k", type=int, dest="recall_k",
                    help="supporting-passage recall over the first K distinct retrieved passages (default: all)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out, skipping answered pairs")
+    p.add_argument("--judge", action="store_true",
+                   help="also score each answer 0-10 for correctness, completeness and relevance with the judge "
+                        "model (DOCQA_LLM_ROLES__JUDGE__BASE_URL/MODEL/API_KEY, else the global DOCQA_LLM_*)")
     p.add_argument("--label", help="evaluation label in the audit trail (default: the --out folder name)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=cmd_eval)
@@ -51,8 +55,10 @@ def add_eval_commands(sub: argparse._SubParsersAction) -> None:
     c = eval_sub.add_parser("compare", help="per-metric deltas of two runs with a paired test; exit 1 on a regression")
     c.add_argument("old", type=Path, help="the baseline run's --out directory")
     c.add_argument("new", type=Path, help="the candidate run's --out directory")
-    c.add_argument("--metric", default="f1", help="score that gates (em, f1, rouge_l, support_recall, ...)")
-    c.add_argument("--threshold", type=float, default=0.02, help="largest tolerated drop of the metric's mean")
+    c.add_argument("--metric", default="f1",
+                   help="score that gates (em, f1, rouge_l, support_recall, ..., judge_correctness, ...)")
+    c.add_argument("--threshold", type=float, default=0.02,
+                   help="largest tolerated drop of the metric's mean, on its scale (0-1; judge scores 0-10)")
     c.add_argument("--output", type=Path, help="CSV of the deltas (default: NEW/compare.csv)")
     c.set_defaults(handler=cmd_compare)
 
@@ -81,8 +87,19 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         questions = with_story_support(questions, corpus)
         written = write_missing(runtime, corpus)
         print(f"corpus {args.corpus}: {written} new passages stored for tenant {scope.tenant!r}", file=sys.stderr)
+    judge = None
+    if args.judge:
+        from docqa.evaluation.judge import JUDGE_ROLE, AnswerJudge
+        from docqa.llm.client import check_llm_endpoint
+
+        if runtime.settings.endpoint_for(JUDGE_ROLE) == runtime.settings.endpoint_for("generator"):
+            print("note: no DOCQA_LLM_ROLES__JUDGE__* set, so the answering model judges its own answers",
+                  file=sys.stderr)
+        check_llm_endpoint(runtime.settings, JUDGE_ROLE)
+        judge = AnswerJudge(chat_generator=runtime.chat_generator(JUDGE_ROLE))
     records = run_evaluation(runtime, questions, names, args.out, scope=scope, label=args.label,
-                             options=options, resume=args.resume, progress=not args.quiet, recall_k=args.recall_k)
+                             options=options, resume=args.resume, progress=not args.quiet, recall_k=args.recall_k,
+                             judge=judge)
     rows = write_reports(args.out, records)
     print(markdown_table(rows))
     print(f"\nwrote {args.out}/results.jsonl, summary.csv, report.md, report.html and plots")
@@ -91,10 +108,10 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     from docqa.evaluation.compare import compare_runs, format_table, regressions, write_comparison
-    from docqa.evaluation.report import SCORE_METRICS
+    from docqa.evaluation.report import JUDGE_METRICS, SCORE_METRICS
 
-    if args.metric not in SCORE_METRICS:
-        raise DocqaError(f"--metric must be one of {', '.join(SCORE_METRICS)}")
+    if args.metric not in (*SCORE_METRICS, *JUDGE_METRICS):
+        raise DocqaError(f"--metric must be one of {', '.join((*SCORE_METRICS, *JUDGE_METRICS))}")
     if args.threshold < 0:
         raise DocqaError("--threshold must not be negative")
     deltas = compare_runs(args.old, args.new)

@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from docqa.errors import DocqaError
-from docqa.evaluation.report import ANSWER_METRICS, SCORE_METRICS
+from docqa.evaluation.report import ANSWER_METRICS, JUDGE_METRICS, SCORE_METRICS
 from docqa.evaluation.runner import RESULTS_FILE, EvalRecord, read_results
 
-COMPARED_METRICS = (*SCORE_METRICS, "llm_calls", "wall_s")
+COMPARED_METRICS = (*SCORE_METRICS, *JUDGE_METRICS, "llm_calls", "wall_s")
 BOOTSTRAP_SAMPLES = 2000
 
 

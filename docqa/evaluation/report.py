@@ -25,11 +25,14 @@ from docqa.evaluation.runner import RUN_FILE, EvalRecord
 # summary.csv's columns, in order: the task's headline scores first, then the optional scores, then cost.
 SUMMARY_COLUMNS = (
     "pipeline", "n", "em", "f1", "rouge_l", "short_answer_recall", "support_recall", "record_precision",
-    "record_recall", "llm_calls", "prompt_tokens", "completion_tokens", "iterations", "words_retrieved",
+    "record_recall", "judge_correctness", "judge_completeness", "judge_relevance", "llm_calls", "prompt_tokens",
+    "completion_tokens", "iterations", "words_retrieved",
     "words_to_generator", "compression", "wall_p50_s", "wall_p95_s", "errors", "stop_reasons",
 )
 ANSWER_METRICS = ("em", "f1", "rouge_l")
 SCORE_METRICS = ("em", "f1", "rouge_l", "short_answer_recall", "support_recall", "record_precision", "record_recall")
+# LLM-as-judge means on their own 0-10 scale, over the answers the judge scored.
+JUDGE_METRICS = ("judge_correctness", "judge_completeness", "judge_relevance")
 COST_METRICS = ("llm_calls", "prompt_tokens", "completion_tokens", "iterations", "words_retrieved",
                 "words_to_generator")
 PLOTS = ("scores.png", "cost.png", "wall_time.png")
@@ -60,6 +63,8 @@ def summarize(records: Sequence[EvalRecord]) -> list[dict[str, Any]]:
             row[metric] = _mean([getattr(r, metric) if r.error is None else 0.0 for r in mine])
         for metric in SCORE_METRICS[len(ANSWER_METRICS):]:
             # Scores a dataset does not define (no supporting ids, no record sets) stay empty, never 0.
+            row[metric] = _mean([getattr(r, metric) for r in ok if getattr(r, metric) is not None])
+        for metric in JUDGE_METRICS:
             row[metric] = _mean([getattr(r, metric) for r in ok if getattr(r, metric) is not None])
         for metric in COST_METRICS:
             row[metric] = _mean([getattr(r, metric) for r in ok])

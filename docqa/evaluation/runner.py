@@ -57,6 +57,11 @@ class EvalRecord:
     support_recall: float | None = None
     record_precision: float | None = None
     record_recall: float | None = None
+    # LLM-as-judge, 0-10 (None: not judged, or the judge's reply was unusable; see judge_error).
+    judge_correctness: float | None = None
+    judge_completeness: float | None = None
+    judge_relevance: float | None = None
+    judge_error: str | None = None
     iterations: int = 0
     llm_calls: int = 0
     prompt_tokens: int = 0
@@ -120,6 +125,24 @@ def score(record: EvalRecord, result: Any, question: EvalQuestion, words_of: Wor
     record.trace_id = result.trace_id
 
 
+def judge_record(judge: Any, record: EvalRecord) -> None:
+    """Fill the judge scores of an answered record; an unusable reply or a failed call leaves them missing."""
+    try:
+        scores = judge.run(question=record.question, answer=strip_citation_markers(record.prediction),
+                           references=record.answers)["scores"]
+    except LLMUnavailableError:
+        raise  # as for the strategies: every later judgement would fail too; resume once it is back
+    except Exception as exc:
+        record.judge_error = f"{type(exc).__name__}: {exc}"
+        return
+    if scores is None:
+        record.judge_error = "malformed judge reply"
+        return
+    record.judge_correctness = scores["correctness"]
+    record.judge_completeness = scores["completeness"]
+    record.judge_relevance = scores["relevance"]
+
+
 def read_results(path: Path) -> list[EvalRecord]:
     """Records of a results file; a torn last line (the run was killed mid-write) is ignored."""
     if not path.is_file():
@@ -153,6 +176,7 @@ def run_evaluation(
     resume: bool = False,
     progress: bool = True,
     recall_k: int | None = None,
+    judge: Any | None = None,
 ) -> list[EvalRecord]:
     """Answer every question with every strategy (strategies take turns per question) and append the records.
 
@@ -162,6 +186,8 @@ def run_evaluation(
     :param resume: keep `results.jsonl` and skip the (question, strategy) pairs it already holds; without it an
         existing non-empty results file is an error rather than silently mixed with a new run.
     :param recall_k: supporting-passage recall over the first k distinct retrieved passages (None: all).
+    :param judge: an `AnswerJudge` grading every answer against the references; outside the answer's run, so
+        its calls count neither against the strategy's budget nor in its trace.
     :returns: every record of the run, earlier ones included.
     """
     from tqdm import tqdm
@@ -190,7 +216,7 @@ def run_evaluation(
         accepted = _accepted_options(pipeline_spec(name), options or {})
         built[name] = build_pipeline(name, runtime, **accepted)
     asked_by = f"eval:{label or out_dir.name}"
-    _write_run_file(out_dir, runtime, pipelines, scope, asked_by, len(questions))
+    _write_run_file(out_dir, runtime, pipelines, scope, asked_by, len(questions), judged=judge is not None)
     words_of = WordCounter(runtime.document_store) if _has_retrieval(pipelines) else None
 
     todo = [(q, name) for q in questions for name in pipelines if (q.id, name) not in done]
@@ -215,7 +241,9 @@ def run_evaluation(
                     logger.info("eval %s/%s failed: %s", name, question.id, record.error)
                 else:
                     score(record, result, question, words_of, recall_k)
-                record.wall_s = round(time.perf_counter() - started, 3)
+                record.wall_s = round(time.perf_counter() - started, 3)  # the strategy's time, without judging
+                if judge is not None and record.error is None:
+                    judge_record(judge, record)
                 output.write(json.dumps(asdict(record), ensure_ascii=False) + "\n")
                 output.flush()
                 records.append(record)
@@ -244,10 +272,13 @@ def _has_retrieval(pipelines: Sequence[str]) -> bool:
 
 
 def _write_run_file(out_dir: Path, runtime: Any, pipelines: Sequence[str], scope: AccessScope, asked_by: str,
-                    questions: int) -> None:
+                    questions: int, judged: bool = False) -> None:
+    from docqa.settings import JUDGE_ROLE
+
     info = {
         "pipelines": list(pipelines), "tenant": scope.tenant, "principals": sorted(scope.principals),
         "asked_by": asked_by, "questions": questions, "models": runtime.models_by_role(),
         "top_k": runtime.settings.top_k,
+        "judge_model": runtime.settings.endpoint_for(JUDGE_ROLE).model if judged else None,
     }
     (out_dir / RUN_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")

@@ -21,7 +21,7 @@ from haystack.utils import Secret
 
 from docqa.errors import LLMUnavailableError
 from docqa.llm.local_server import ensure_local_llm
-from docqa.settings import LLM_ROLES, LLMEndpoint, Settings
+from docqa.settings import JUDGE_ROLE, LLM_ROLES, LLMEndpoint, Settings
 
 # llama_cpp.server ignores the key, but the OpenAI client refuses to start without one.
 _LOCAL_API_KEY = "sk-local-no-key"
@@ -33,11 +33,11 @@ def resolve_endpoint(settings: Settings, role: str) -> tuple[str, str, Secret]:
     """Base URL, model name and API key of a role, starting the embedded server when no URL is configured.
 
     :param settings: the LLM settings.
-    :param role: one of `docqa.settings.LLM_ROLES`.
+    :param role: one of `docqa.settings.LLM_ROLES`, or `JUDGE_ROLE` (evaluation's grader).
     :returns: `(base_url, model, api_key)`.
     :raises ValueError: unknown role.
     """
-    if role not in LLM_ROLES:
+    if role not in LLM_ROLES and role != JUDGE_ROLE:
         raise ValueError(f"unknown LLM role {role!r}; expected one of {', '.join(LLM_ROLES)}")
     endpoint = settings.endpoint_for(role)
     if endpoint.base_url is None:
