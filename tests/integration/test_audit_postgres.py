@@ -129,6 +129,47 @@ class TestEventsOnPostgres:
         assert report.ok and report.checked == 30 and report.head_seq == 30
 
 
+class TestEventsExportAndConfigOnPostgres:
+    def test_workers_starting_together_record_the_configuration_once(self, settings):
+        from concurrent.futures import ThreadPoolExecutor
+
+        from sqlalchemy import func, select
+
+        from docqa.audit.config_events import record_config_if_changed
+        from docqa.audit.models import AuditEvent
+        from docqa.db import session_factory
+
+        with ThreadPoolExecutor(4) as pool:
+            recorded = [job.result() for job in [pool.submit(record_config_if_changed, settings) for _ in range(8)]]
+        assert sum(r is not None for r in recorded) == 1
+        with session_factory(settings)() as session:
+            assert session.scalar(select(func.count()).select_from(AuditEvent)) == 1
+        assert verify(settings).ok
+
+    def test_an_ocsf_file_export_cut_off_mid_line_resumes_without_gaps_or_duplicates(self, settings, tmp_path):
+        import json
+
+        from docqa.audit.keys import hmac_key
+        from docqa.audit.ocsf import ocsf_lines, verify_ocsf_lines
+        from docqa.audit.shipping import FileSink, ship
+        from docqa.db import session_factory
+
+        fill(settings, 2)
+        for n in range(40):
+            TestEventsOnPostgres().add_event(settings, f"group:g{n}")
+        fill(settings, 1)
+        out = tmp_path / "ocsf.jsonl"
+        with session_factory(settings)() as session:
+            assert ship(session, FileSink(out), render=ocsf_lines, batch=10) == 43
+        data = out.read_bytes()
+        out.write_bytes(data[: len(data) * 2 // 3])  # what a kill mid-write leaves: a prefix, cut inside a line
+        with session_factory(settings)() as session:
+            ship(session, FileSink(out), render=ocsf_lines, resume=True, batch=10)
+        lines = out.read_bytes().splitlines()
+        assert [json.loads(line)["metadata"]["sequence"] for line in lines] == list(range(1, 44))
+        assert verify_ocsf_lines(lines, hmac_key(settings)).ok
+
+
 @pytest.fixture(scope="module")
 def corpus_runtime(tmp_path_factory):
     """An embedded store with a few documents, the packaged embedder, and scripted LLMs for every role."""
