@@ -3,7 +3,8 @@
 Every answer goes through the same path as `docqa ask`: the strategy is built by the registry (options checked
 by its options model), the question runs as the given `AccessScope` (so it only sees what those principals may
 read) under the settings' run budget, and the audit recorder commits a normal trace whose `asked_by` is
-`eval:<label>`, which is how the trace view tells evaluation traffic apart. Results are appended to
+`eval:<label>`, which is how the trace view tells evaluation traffic apart (its User filter, `GET
+/v1/traces?user=eval:<label>`, matches exactly: one run's traces). Results are appended to
 `results.jsonl` one line per (question, strategy) as soon as each finishes, so an interrupted run resumes
 where it stopped.
 
