@@ -36,6 +36,8 @@ def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:
     verify = commands.add_parser("verify", help="recompute the chain and report the first broken link")
     verify.add_argument("--checkpoint", type=Path, help="signed checkpoint to check truncation/rewrites against")
     verify.add_argument("--archive", type=Path, help="verify a retention archive instead of the database")
+    verify.add_argument("--ocsf", type=Path,
+                        help="verify an OCSF export (a whole-chain stream, possibly resumed) instead of the database")
     verify.add_argument("--public-key", type=Path, help="auditor's PEM copy of the checkpoint public key")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
     verify.set_defaults(handler=verify_command)
@@ -106,7 +108,12 @@ def add_db_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def verify_command(args: argparse.Namespace, settings: Settings) -> int:
     public_key = load_public_key(args.public_key) if args.public_key else verify_key(settings)
-    if args.archive is not None:
+    if getattr(args, "ocsf", None) is not None:
+        from docqa.audit.ocsf import verify_ocsf_lines
+
+        with args.ocsf.open("rb") as lines:
+            report = verify_ocsf_lines(lines, hmac_key(settings))
+    elif args.archive is not None:
         report = verify_archive(args.archive, hmac_key(settings), public_key)
     else:
         try:

@@ -310,3 +310,28 @@ class TestAuditorExport:
         assert [json.loads(line)["user"]["uid"] for line in other] == ["zoe"]
         settings = app.state.context.settings
         assert verify_ocsf_lines(lines, hmac_key(settings), contiguous=False).ok
+
+
+def test_docqa_audit_verify_checks_an_ocsf_file(settings, tmp_path, capsys):
+    import argparse
+
+    from docqa.audit import cli
+
+    fill(settings, 1)
+    add_events(settings, 3)
+    out = tmp_path / "ocsf.jsonl"
+    with session_factory(settings)() as session:
+        ship(session, FileSink(out), render=ocsf_lines)
+
+    def run(*argv):
+        parser = argparse.ArgumentParser()
+        cli.add_audit_commands(parser.add_subparsers(dest="command"))
+        args = parser.parse_args(list(argv))
+        return args.handler(args, settings)
+
+    assert run("audit", "verify", "--ocsf", str(out)) == 0
+    assert "OK: 4 links verified" in capsys.readouterr().out
+    lines = out.read_bytes().splitlines(keepends=True)
+    out.write_bytes(lines[0] + b"".join(lines[2:]))
+    assert run("audit", "verify", "--ocsf", str(out)) == 1
+    assert "BROKEN at link 2" in capsys.readouterr().out
