@@ -75,6 +75,12 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         if path.is_dir() and ((path / "patients.csv").is_file() or any(path.glob("*.json"))):
             print(f"note: {path} holds patient records (a Synthea CSV export or FHIR bundles), which are not "
                   f"documents: ingest them with `docqa records {path}`", file=sys.stderr)
+        elif path.is_file() and path.suffix.lower() == ".json":
+            print(f"note: {path} is a FHIR bundle (patient records), not a document: ingest it with "
+                  f"`docqa records {path}`", file=sys.stderr)
+        elif path.is_file() and path.suffix.lower() == ".csv":
+            print(f"note: {path.name} is a table of a Synthea CSV export (patient records): ingest the export's "
+                  f"folder with `docqa records {path.parent}`", file=sys.stderr)
     return 0 if not report.failed else 1
 
 

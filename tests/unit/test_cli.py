@@ -97,6 +97,12 @@ class TestRecordsAndTopics:
         (folder / "patients.csv").write_text("Id,BIRTHDATE\n")
         proc = run_cli(tmp_path, "ingest", "-q", str(folder))
         assert f"docqa records {folder}" in proc.stderr, proc.stderr
+        # One file of either kind: the exact command for it.
+        bundle = tmp_path / "Max_Kris.json"
+        bundle.write_text("{}")
+        proc = run_cli(tmp_path, "ingest", "-q", str(bundle), str(folder / "patients.csv"))
+        assert f"ingest it with `docqa records {bundle}`" in proc.stderr, proc.stderr
+        assert f"ingest the export's folder with `docqa records {folder}`" in proc.stderr, proc.stderr
 
     def test_records_missing_path(self, tmp_path):
         assert_one_line_error(run_cli(tmp_path, "records", str(tmp_path / "none.json")), "no such file")
