@@ -1,8 +1,9 @@
 """`docqa eval`: strategies side by side on an organisation's own questions, with reports and a regression gate.
 
 Modules: `metrics` (EM/F1 with SQuAD normalisation, ROUGE-L, short-answer recall, recall@k, record-set
-precision/recall), `datasets` (FlashRAG-style JSONL, ASQA, question/answer CSV), `corpus` (a dataset's passages
-into the store), `runner` (audited answers, resumable results.jsonl), `report` (summary.csv, report.md, PNG
+precision/recall), `datasets` (FlashRAG-style JSONL, ASQA, question/answer CSV), `formats` (HotpotQA, MuSiQue
+and ODSum layouts), `corpus` (a dataset's passages into the store), `judge` (LLM-as-judge scores), `runner`
+(audited answers, resumable results.jsonl), `report` (summary.csv, report.md, PNG
 plots, self-contained report.html), `compare` (paired deltas, sign test, bootstrap interval) and `cli` (the
 `docqa eval` commands).
 
