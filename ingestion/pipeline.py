@@ -80,6 +80,8 @@ class ItemResult:
     code: str | None = None
     # The written chunk ids, for the audit event of the write (not part of reports).
     chunk_ids: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    # What a re-ingestion replaced (access list and chunk count), None for a new document: the event's `before`.
+    replaced: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -227,7 +229,7 @@ def _audit_written(settings: Any, report: IngestReport, tenant: str, access: Seq
     with audit_session(settings) as session:
         for item in report.written:
             append_event(session, settings, tenant=tenant, actor=cli_actor(), action=DOCUMENT_INGESTED,
-                         target=f"document:{item.source_id}",
+                         target=f"document:{item.source_id}", before=item.replaced,
                          after={"access": sorted(set(access)), "chunks": item.chunks,
                                 "chunk_ids": list(item.chunk_ids)})
 
@@ -280,8 +282,9 @@ def _ingest_batch(
     by_id = {doc.id: doc for doc in embedded}
     for item in pending:
         chunks = [by_id[chunk.id] for chunk in item.chunks]
-        stale = {doc.id for doc in stored.get(item.source.source_id, [])} - {chunk.id for chunk in chunks}
-        record(_write(store, item.source, chunks, sorted(stale)))
+        existing = stored.get(item.source.source_id, [])
+        stale = {doc.id for doc in existing} - {chunk.id for chunk in chunks}
+        record(_write(store, item.source, chunks, sorted(stale), _replaced(existing)))
     return embedder
 
 
@@ -387,7 +390,14 @@ def _unchanged(existing: list[Document], chunks: list[Document]) -> bool:
     return all(_compared(doc.meta, key) == value for doc in existing for key, value in wanted.items())
 
 
-def _write(store: Any, source: Source, chunks: list[Document], stale: list[str]) -> ItemResult:
+def _replaced(existing: list[Document]) -> dict[str, Any] | None:
+    if not existing:
+        return None
+    return {"access": sorted(set(existing[0].meta.get("access") or [])), "chunks": len(existing)}
+
+
+def _write(store: Any, source: Source, chunks: list[Document], stale: list[str],
+           replaced: dict[str, Any] | None = None) -> ItemResult:
     try:
         store.write_documents(chunks, policy=DuplicatePolicy.OVERWRITE)
         if stale:
@@ -395,7 +405,7 @@ def _write(store: Any, source: Source, chunks: list[Document], stale: list[str])
     except Exception as exc:  # a store error fails this item; the next one may still succeed
         return _failure(source, exc, code="write_failed", prefix="write failed: ")
     return ItemResult(source.source_id, source.label, "written", chunks=len(chunks),
-                      chunk_ids=tuple(chunk.id for chunk in chunks))
+                      chunk_ids=tuple(chunk.id for chunk in chunks), replaced=replaced)
 
 
 def _failure(source: Source, exc: Exception, code: str = "invalid_document", prefix: str = "") -> ItemResult:

@@ -133,7 +133,7 @@ def _process_group(
                     append_event(
                         session, settings, tenant=tenant, actor=submitted_by or "system",
                         action=RECORDS_INGESTED if is_record_bundle(item.name) else DOCUMENT_INGESTED,
-                        target=f"document:{item.source_id}", request_id=job_id,
+                        target=f"document:{item.source_id}", request_id=job_id, before=result.replaced,
                         after={"access": sorted(access), "chunks": result.chunks, "job": job_id,
                                "chunk_ids": list(result.chunk_ids)},
                     )

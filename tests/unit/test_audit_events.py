@@ -382,6 +382,25 @@ class TestDocumentEvents:
         assert written.after["access"] == ["group:finance"] and sorted(written.after["chunk_ids"]) == sorted(chunk_ids)
         assert written.actor.startswith("cli:")
 
+    def test_reingesting_with_another_access_list_records_before_and_after(self, tmp_path):
+        from docqa.ingestion.pipeline import ingest_paths
+        from docqa.runtime import Runtime
+        from docqa.stores.factory import build_document_store
+        from tests.support.ingestion_fakes import CountingEmbedder
+
+        settings = Settings(data_dir=tmp_path)
+        runtime = Runtime(settings, document_store=build_document_store(settings))
+        path = tmp_path / "memo.txt"
+        path.write_text("The finance memo says the budget grows. " * 10)
+        ingest_paths(runtime, [path], "acme", ["group:finance", "user:bob"], embedder=CountingEmbedder())
+        ingest_paths(runtime, [path], "acme", ["group:finance"], embedder=CountingEmbedder())
+        first, second = events_of(settings)
+        assert first.before is None
+        assert second.before == {"access": ["group:finance", "user:bob"], "chunks": first.after["chunks"]}
+        assert second.after["access"] == ["group:finance"]
+        stored = runtime.document_store.filter_documents()
+        assert stored and all(doc.meta["access"] == ["group:finance"] for doc in stored)
+
     def test_deleting_through_the_api_records_the_access_list_it_had(self, server):
         from docqa.ingestion.jobs import delete_document
         from docqa.ingestion.pipeline import Source, ingest_documents
