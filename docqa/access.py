@@ -92,3 +92,16 @@ def collection_filter(collection: str) -> dict[str, Any]:
         return condition
     missing = {"field": f"meta.{COLLECTION_FIELD}", "operator": "==", "value": None}
     return {"operator": "OR", "conditions": [condition, missing]}
+
+
+def readable_ids(store: Any, scope: AccessScope, ids: list[str]) -> set[str]:
+    """Which of `ids` the scope may read now, asked of the document store with the scope's filters.
+
+    Used where something stored earlier (a conversation's citations) names documents: the access list may have
+    changed or the document been deleted since, so visibility is checked again at read time, never cached.
+    """
+    wanted = sorted({i for i in ids if isinstance(i, str) and i})
+    if not wanted:
+        return set()
+    found = store.filter_documents(filters=restrict(scope, {"field": "id", "operator": "in", "value": wanted}))
+    return {doc.id for doc in found}

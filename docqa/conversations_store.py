@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -170,13 +171,23 @@ def conversation_summary(conversation: Conversation) -> dict[str, Any]:
             "updated_at": _iso(conversation.updated_at)}
 
 
-def conversation_payload(session: Session, conversation: Conversation) -> dict[str, Any]:
+def conversation_payload(session: Session, conversation: Conversation,
+                         readable: Callable[[list[str]], set[str]] | None = None) -> dict[str, Any]:
+    """Every turn of the conversation. With `readable` (cited document ids -> those the caller may read now), a
+    turn citing a document the caller can no longer read (access list changed, document deleted) is withheld:
+    its answer is emptied, since it may quote that document, and only its readable citations are kept."""
     turns = [
         {"position": t.position, "question": t.question, "standalone_question": t.standalone, "answer": t.answer,
          "answer_source": t.answer_source, "citations": json.loads(t.citations or "[]"), "trace_id": t.trace_id,
-         "created_at": _iso(t.created_at)}
+         "created_at": _iso(t.created_at), "withheld": False}
         for t in turns_of(session, conversation)
     ]
+    if readable is not None:
+        allowed = readable([str(c.get("document_id")) for turn in turns for c in turn["citations"]])
+        for turn in turns:
+            kept = [c for c in turn["citations"] if str(c.get("document_id")) in allowed]
+            if len(kept) < len(turn["citations"]):
+                turn.update(answer="", citations=kept, withheld=True)
     return {**conversation_summary(conversation), "turns": turns}
 
 

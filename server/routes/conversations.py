@@ -1,5 +1,6 @@
 """Stored conversations of the caller: `GET /v1/conversations` (list), `GET /v1/conversations/{id}` (reopen:
-every turn with its answer, citations and trace id), `DELETE /v1/conversations/{id}`. Questions are asked in a
+every turn with its answer, citations and trace id; a turn citing a document the caller can no longer read is
+returned withheld, without its answer), `DELETE /v1/conversations/{id}`. Questions are asked in a
 conversation through `POST /v1/query` with `conversation_id`.
 
 Another user's conversation, in the same tenant or not, is a 404 exactly like a missing one.
@@ -13,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 from pydantic import BaseModel
 
+from docqa.access import readable_ids
 from docqa.accounts.identity import Caller
 from docqa.conversation import Rewrite, standalone_question
 from docqa.conversations_store import (
@@ -73,7 +75,13 @@ def get_conversation(conversation_id: str, caller: AskingCaller, context: Contex
                                              context.settings.conversation_retention_days)
         except ConversationError:
             raise NotFound("conversation") from None
-        return ConversationOut(**conversation_payload(session, conversation))
+        # Citations are checked against the caller's access now, not when the answer was given.
+        scope, store = caller.scope(), context.runtime.document_store
+
+        def readable(ids: list[str]) -> set[str]:
+            return readable_ids(store, scope, ids)
+
+        return ConversationOut(**conversation_payload(session, conversation, readable))
 
 
 @router.delete("/{conversation_id}", status_code=204, response_class=Response,

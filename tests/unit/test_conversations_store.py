@@ -152,3 +152,42 @@ def test_a_streamed_follow_up_shows_its_rewrite_as_the_first_step_event(server):
              and lines[i - 1] == "event: step"]
     assert [s["kind"] for s in steps] == ["rewrite", "generation"]
     assert steps[0]["outputs"]["question"] == "When was Halcyon founded?"
+
+
+def test_a_reopened_turn_citing_a_document_the_owner_can_no_longer_read_is_withheld(server):
+    from haystack import Document
+    from haystack.document_stores.types import DuplicatePolicy
+
+    from docqa.conversations_store import append_turn, load_conversation
+
+    client, keys, _, data_dir = server
+    store = client.app.state.context.runtime.document_store
+
+    def doc(doc_id: str, access: list[str]) -> Document:
+        return Document(id=doc_id, content=f"Secret {doc_id}.", meta={"tenant": "acme", "access": access})
+
+    store.write_documents([doc("plan", ["group:finance"]), doc("memo", ["everyone"]), doc("gone", ["everyone"])])
+    conversation_id = _ask(client, keys["alice"], "Where is Halcyon headquartered?").json()["conversation_id"]
+    with session_factory(Settings(data_dir=data_dir))() as session:
+        conversation = load_conversation(session, "acme", "alice", conversation_id)
+        for answer, cited in [("Plan says X [1]; memo says Y [2].", ["plan", "memo"]), ("Memo: Y [1].", ["memo"]),
+                              ("Gone says Z [1].", ["gone"])]:
+            append_turn(session, conversation, question="q", standalone="q", answer=answer,
+                        citations=[{"document_id": d, "snippet": f"Secret {d}."} for d in cited])
+        session.commit()
+
+    def reopened() -> list[tuple[str, list[str], bool]]:
+        body = client.get(f"/v1/conversations/{conversation_id}", headers=auth(keys["alice"])).json()
+        return [(t["answer"], [c["document_id"] for c in t["citations"]], t["withheld"]) for t in body["turns"]]
+
+    everything = [("In Oslo.", [], False), ("Plan says X [1]; memo says Y [2].", ["plan", "memo"], False),
+                  ("Memo: Y [1].", ["memo"], False), ("Gone says Z [1].", ["gone"], False)]
+    assert reopened() == everything
+    # The plan's access list no longer names alice's group, and one cited document is deleted.
+    store.write_documents([doc("plan", ["group:hr"])], policy=DuplicatePolicy.OVERWRITE)
+    store.delete_documents(["gone"])
+    assert reopened() == [("In Oslo.", [], False), ("", ["memo"], True), ("Memo: Y [1].", ["memo"], False),
+                          ("", [], True)]
+    # Access given back: the stored answer shows again (nothing was deleted from the conversation).
+    store.write_documents([doc("plan", ["user:alice"])], policy=DuplicatePolicy.OVERWRITE)
+    assert reopened()[1] == everything[1]
