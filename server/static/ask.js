@@ -139,7 +139,7 @@ function turnItem(turn) {
   if (turn.standalone_question && turn.standalone_question !== turn.question) {
     question.append(el("span", { className: "muted", text: ` (asked as: ${turn.standalone_question})` }));
   }
-  const answer = el("p", { className: turn.answer_source && turn.answer_source !== "model" ? "turn-answer extracted" : "turn-answer", text: turn.answer || "(no answer)" });
+  const answer = el("p", { className: turn.answer_source && turn.answer_source !== "model" ? "turn-answer extracted" : "turn-answer", text: turn.withheld ? "(answer withheld: it cites a document you can no longer read)" : turn.answer || "(no answer)" });
   return el("li", { attrs: { "data-trace-id": String(turn.trace_id || "") } }, question, answer);
 }
 
