@@ -23,7 +23,8 @@ class MSPRController:
     """
     Routes an MSPR run by the state's `phase` (the graph's only decision point):
     - start: a new state on the first source -> agent;
-    - decided (agent): a malformed step is retried `max_action_retries` times, then the run stops
+    - decided (agent): a malformed step is retried `max_action_retries` times; then, when nothing was searched
+      yet, the preferred source is searched with the question (what PRS starts with), else the run stops
       (`malformed_action`); a search goes to the retriever (`search_primary` -> the preferred source,
       `search_secondary` -> the next one) and the refiner; an answer goes to the reviewer while supplementary
       retrievals remain (`reviews < max_reviews`), else it is final;
@@ -50,7 +51,7 @@ class MSPRController:
         :param sources: The sources in order of preference (the first is the primary).
         :param max_steps: AWI: agent steps at most (the last one answers).
         :param max_reviews: SRT: answer reviews, each failure buying one supplementary retrieval.
-        :param max_action_retries: Retries of a malformed agent step before the run stops.
+        :param max_action_retries: Retries of a malformed agent step before the fallback or the stop.
         """
         self.sources = list(parse_sources(sources))
         if max_steps < 1 or max_reviews < 0 or max_action_retries < 0:
@@ -92,6 +93,14 @@ class MSPRController:
                                      phase="answer_now" if decision.forced_answer else "retry")
                 return {"agent": retry, "route": {"next": "agent", "why": "malformed step: retrying",
                                                   "retry": retry.action_retries, "problem": decision.problem}}
+            if not state.observations:
+                # Nothing gathered yet, and every run starts on the preferred source anyway (PRS): search it with
+                # the question itself rather than end with nothing for a model that cannot write a step.
+                state = state.evolve(steps=state.steps + 1, action_retries=0)
+                routed = self._to_retrieval(state, state.question, state.primary_source, supplementary=False)
+                routed["route"].update(why="malformed first step: the preferred source is searched with the question",
+                                       problem=decision.problem)
+                return routed
             stopped = self._finish(state, "", STOP_MALFORMED_ACTION, cite=False)
             stopped["route"]["problem"] = decision.problem
             return stopped

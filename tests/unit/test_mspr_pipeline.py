@@ -217,29 +217,37 @@ class TestBounds:
         assert result.stop_reason == STOP_MAX_STEPS and result.answer == "180"
 
     def test_malformed_steps_are_retried_then_the_run_stops(self, settings):
+        # Two malformed first steps: the question itself searches the primary; two more malformed steps stop.
         llm = ScriptedChatGenerator(rules=[(AGENT, ["not json", json.dumps({"action": "fly", "action_input": "x",
-                                                                            "thought": ""})])])
+                                                                            "thought": ""})]), (PREFER, "Yes")],
+                                    default="Short summary.")
         result = _run(settings, llm)
-        assert len(llm.calls) == 2
-        assert result.stop_reason == STOP_MALFORMED_ACTION and result.answer == "" and result.citations == []
-        assert [s.outputs["decision"]["malformed"] for s in _steps(result, "agent")] == [True, True]
+        assert len(_calls(llm, AGENT)) == 4
+        assert _retrievals(result) == [("collection:main", "What is the hotel limit?")]
+        assert result.stop_reason == STOP_MALFORMED_ACTION and result.citations[0].document_id == "hotel"
+        assert result.answer_source == "extracted"  # the model wrote no answer; the passage found is quoted
+        assert [s.outputs["decision"]["malformed"] for s in _steps(result, "agent")] == [True] * 4
+        fallback = [s.outputs["route"] for s in result.steps if s.outputs.get("route", {}).get("next") == "retrieval"]
+        assert fallback[0]["why"].startswith("malformed first step") and fallback[0]["query"] == result.question
 
     def test_an_action_name_as_the_query_is_malformed(self, settings):
         llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_secondary", "search_primary"),
                                                     step("search_secondary", "Answer ")])])
         result = _run(settings, llm)
-        assert result.stop_reason == STOP_MALFORMED_ACTION and _retrievals(result) == []
+        assert result.stop_reason == STOP_MALFORMED_ACTION
+        assert _retrievals(result) == [("collection:main", "What is the hotel limit?")]  # the question, not the echo
 
     def test_a_stop_after_malformed_steps_says_why_and_the_retry_was_told_what_was_wrong(self, settings):
         llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", "  "),
                                                     step("search_primary", "Search primary.")])])
         result = _run(settings, llm)
-        assert result.stop_reason == STOP_MALFORMED_ACTION and _retrievals(result) == []
+        assert result.stop_reason == STOP_MALFORMED_ACTION and len(_retrievals(result)) == 1
         prompts = [c["prompt"] for c in _calls(llm, AGENT)]
         assert "rejected" not in prompts[0]
         assert "Your previous reply was rejected: the action_input was empty." in prompts[1]
         problems = [s.outputs["decision"]["problem"] for s in _steps(result, "agent")]
-        assert problems == ["the action_input was empty", "the action_input only repeated an action or source name"]
+        repeated = "the action_input only repeated an action or source name"
+        assert problems == ["the action_input was empty", repeated, repeated, repeated]
         final = [s for s in result.steps if s.outputs.get("route", {}).get("next") == "end"]
         assert final and final[-1].outputs["route"]["problem"] == problems[-1]
 
