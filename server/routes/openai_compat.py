@@ -3,12 +3,20 @@ rewritten into a standalone question against the earlier ones (`docqa.conversati
 
 Any OpenAI client works: `OpenAI(base_url="http://host:8000/v1", api_key=KEY).chat.completions.create(
 model="standard", messages=[{"role": "user", "content": "..."}])`. The answer's citations and trace id are in
-the extra `docqa` field of the completion (and of the final chunk when streaming). A stream starts at once and
-stays alive with one SSE comment per finished step, then the answer's tokens arrive as the model writes them.
+the extra `docqa` field of the completion (and of the final chunk when streaming).
+
+With the extra body field `conversation_id` (`extra_body={"conversation_id": "new"}` or a stored conversation's
+id), the chat is one of the caller's stored conversations, exactly as on `POST /v1/query`: the last user message
+is rewritten against the stored questions (the request's earlier messages are not read), the answer is stored as
+the next turn, and `docqa.conversation_id` names the conversation; another user's conversation is a 404.
+
+A stream starts at once and stays alive with one SSE comment per finished step, then the answer's tokens arrive
+as the model writes them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -26,6 +34,7 @@ from docqa.server.answering import AUTO, Prepared, answer, prepare
 from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT, ApiError
 from docqa.server.auth import AskingCaller, ContextDep
 from docqa.server.context import ServerContext
+from docqa.server.routes.conversations import record_turn, rewrite_in_conversation
 from docqa.server.schemas import RUN_INPUTS
 from docqa.server.streaming import STREAM_HEADERS, SlotStreamingResponse, run_events
 
@@ -48,6 +57,9 @@ class ChatCompletionRequest(BaseModel):
     model: str = Field(min_length=1, max_length=64)
     messages: list[ChatMessageIn] = Field(min_length=1, max_length=256)
     stream: bool = False
+    conversation_id: str | None = Field(default=None, min_length=1, max_length=36, description=(
+        "Chat in one of your stored conversations (its stored questions are the history), or 'new' to start one; "
+        "the answer is stored as its next turn."))
 
 
 class ModelCard(BaseModel):
@@ -140,14 +152,21 @@ async def chat_completions(
     # Sampling parameters are ignored; a strategy's runtime inputs (as_of, patient_id) ride as extra body fields.
     extra = body.model_extra or {}
     inputs = {name: extra[name] for name in RUN_INPUTS if extra.get(name) is not None}
-    rewrite = conversation_from(body.messages)
+    question = question_from(body.messages)
+    if body.conversation_id is None:
+        rewrite = conversation_from(body.messages)
+    else:
+        # The stored history, never the request's: 404 before any work for a conversation not the caller's.
+        rewrite = await asyncio.to_thread(rewrite_in_conversation, context, caller, body.conversation_id, question)
     if rewrite is None:
-        prepared = prepare(context, question_from(body.messages), body.model, {}, inputs)
+        prepared = prepare(context, question, body.model, {}, inputs)
     else:
         prepared = replace(prepare(context, rewrite.question, body.model, {}, inputs), rewrite=rewrite)
+    turn = _Turn(context, caller, body.conversation_id, question)
     created = int(time.time())
     if not body.stream:
         result = await answer(context, caller, prepared, disconnected=request.is_disconnected)
+        stored = await turn.store(result)
         return {
             "id": f"chatcmpl-{result.trace_id or uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -157,20 +176,34 @@ async def chat_completions(
                 {"index": 0, "message": {"role": "assistant", "content": _content(result)}, "finish_reason": "stop"}
             ],
             "usage": _usage(result),
-            "docqa": _docqa_extra(result, prepared),
+            "docqa": {**_docqa_extra(result, prepared), "conversation_id": stored},
         }
     # The slot is taken before the response starts so overload is a 503, not an error inside a stream.
     await context.slots.take()
     return SlotStreamingResponse(
-        _chunks(context, caller, prepared, f"chatcmpl-{uuid.uuid4().hex}", created, body.model),
+        _chunks(context, caller, prepared, f"chatcmpl-{uuid.uuid4().hex}", created, body.model, turn),
         release=context.slots.give_back,
         media_type="text/event-stream",
         headers=STREAM_HEADERS,
     )
 
 
+class _Turn:
+    """Stores an answered chat message in its stored conversation, when the request named one."""
+
+    def __init__(self, context: ServerContext, caller: Caller, conversation_id: str | None, question: str) -> None:
+        self.context, self.caller, self.conversation_id, self.question = context, caller, conversation_id, question
+
+    async def store(self, result: PipelineResult) -> str | None:
+        if self.conversation_id is None:
+            return None
+        return await asyncio.to_thread(record_turn, self.context, self.caller, self.conversation_id, self.question,
+                                       result)
+
+
 async def _chunks(
-    context: ServerContext, caller: Caller, prepared: Prepared, completion_id: str, created: int, model: str
+    context: ServerContext, caller: Caller, prepared: Prepared, completion_id: str, created: int, model: str,
+    turn: _Turn,
 ) -> AsyncIterator[str]:
     """chat.completion.chunk events: the role at once, an SSE comment per finished step (clients ignore
     comments; proxies see a live connection during long strategies), the tokens of the first answer the model
@@ -212,5 +245,7 @@ async def _chunks(
             rest = text[len(shown):] if text.startswith(shown) else f"\n\n---\n{text}"
             for start in range(0, len(rest), STREAM_PIECE_CHARS):
                 yield chunk({"content": rest[start : start + STREAM_PIECE_CHARS]})
-            yield chunk({}, "stop", usage=_usage(result), docqa=_docqa_extra(result, prepared))
+            stored = await turn.store(result)
+            yield chunk({}, "stop", usage=_usage(result),
+                        docqa={**_docqa_extra(result, prepared), "conversation_id": stored})
     yield "data: [DONE]\n\n"

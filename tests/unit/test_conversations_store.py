@@ -191,3 +191,42 @@ def test_a_reopened_turn_citing_a_document_the_owner_can_no_longer_read_is_withh
     # Access given back: the stored answer shows again (nothing was deleted from the conversation).
     store.write_documents([doc("plan", ["user:alice"])], policy=DuplicatePolicy.OVERWRITE)
     assert reopened()[1] == everything[1]
+
+
+def test_the_chat_endpoint_continues_a_stored_conversation_through_the_openai_client(server):
+    import openai as openai_module
+    from openai import OpenAI
+
+    client, keys, llm, _ = server
+    alice = OpenAI(base_url="http://testserver/v1", api_key=keys["alice"], http_client=client)
+    first = alice.chat.completions.create(model="no_retrieval", extra_body={"conversation_id": "new"},
+                                          messages=[{"role": "user", "content": "Where is Halcyon headquartered?"}])
+    conversation_id = first.model_extra["docqa"]["conversation_id"]
+    assert first.choices[0].message.content == "In Oslo." and conversation_id
+    # Only the follow-up is sent: the history is the stored conversation's, as on /v1/query.
+    chunks = list(alice.chat.completions.create(
+        model="no_retrieval", stream=True, extra_body={"conversation_id": conversation_id},
+        messages=[{"role": "user", "content": "and when was it founded?"}]))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "In 1998."
+    assert "When was Halcyon founded?" in llm.calls[-1]["prompt"]
+    last = chunks[-1].model_extra["docqa"]
+    assert (last["conversation_id"], last["question"]) == (conversation_id, "When was Halcyon founded?")
+    # Stored like any turn: /v1/query continues the same conversation, and it reopens with both turns.
+    third = _ask(client, keys["alice"], "Where is Halcyon headquartered?", conversation_id).json()
+    assert third["conversation_id"] == conversation_id
+    turns = client.get(f"/v1/conversations/{conversation_id}", headers=auth(keys["alice"])).json()["turns"]
+    assert [(t["question"], t["answer"]) for t in turns] == [
+        ("Where is Halcyon headquartered?", "In Oslo."), ("and when was it founded?", "In 1998."),
+        ("Where is Halcyon headquartered?", "In Oslo.")]
+    # A chat without conversation_id stores nothing and says so.
+    plain = alice.chat.completions.create(model="no_retrieval", messages=[{"role": "user", "content": "Hi?"}])
+    assert plain.model_extra["docqa"]["conversation_id"] is None
+
+    calls = len(llm.calls)
+    for user in ("bob", "zed"):
+        other = OpenAI(base_url="http://testserver/v1", api_key=keys[user], http_client=client, max_retries=0)
+        with pytest.raises(openai_module.NotFoundError):
+            other.chat.completions.create(model="no_retrieval", extra_body={"conversation_id": conversation_id},
+                                          messages=[{"role": "user", "content": "and when was it founded?"}])
+    assert len(llm.calls) == calls
+    assert len(client.get(f"/v1/conversations/{conversation_id}", headers=auth(keys["alice"])).json()["turns"]) == 3
