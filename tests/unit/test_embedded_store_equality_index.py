@@ -1,4 +1,5 @@
-"""The embedded store's `meta.KEY == "text"` / `in [...]` fast path selects exactly what the plain filter predicate selects."""
+"""The embedded store's `meta.KEY == "text"` / `in [...]` fast path selects exactly what the plain filter
+predicate selects."""
 
 from __future__ import annotations
 
