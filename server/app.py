@@ -35,6 +35,7 @@ from docqa.server.routes import (
     health,
     me,
     openai_compat,
+    passages,
     query,
     traces,
     ui,
@@ -90,8 +91,8 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     )
     app.add_middleware(RejectNulMiddleware)
     _add_error_handlers(app)
-    for module in (health, query, openai_compat, accounts, me, documents, traces, feedback, conversations,
-                   audit_events, ui):
+    for module in (health, query, openai_compat, accounts, me, documents, passages, traces, feedback,
+                   conversations, audit_events, ui):
         app.include_router(module.router)
     return app
 
