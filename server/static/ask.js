@@ -34,7 +34,39 @@ function stepLine(step) {
 function citationItem(citation) {
   const head = el("div", { className: "source", text: citation.source || citation.document_id });
   if (typeof citation.score === "number") head.append(el("span", { className: "muted", text: ` score ${citation.score.toFixed(3)}` }));
-  return el("li", {}, head, el("blockquote", { className: "snippet", text: citation.snippet || "" }));
+  const item = el("li", {}, head, el("blockquote", { className: "snippet", text: citation.snippet || "" }));
+  // A record's citation is its table row; a passage opens in its document, between its neighbouring chunks.
+  if (!citation.record && citation.document_id) {
+    const panel = el("div", { className: "passage-context", attrs: { "aria-live": "polite" } });
+    panel.hidden = true;
+    const button = el("button", { className: "link", text: "Show in context", attrs: { type: "button", "aria-expanded": "false" } });
+    button.addEventListener("click", () => guarded(button, () => togglePassageContext(citation.document_id, button, panel)));
+    head.append(" ", button);
+    item.append(panel);
+  }
+  return item;
+}
+
+/** The cited chunk with the previous and next chunk of its source (only those the user may read, server-side). */
+async function togglePassageContext(chunkId, button, panel) {
+  if (!panel.hidden) {
+    panel.hidden = true;
+    button.textContent = "Show in context";
+    button.setAttribute("aria-expanded", "false");
+    return;
+  }
+  if (!panel.children.length) {
+    const context = await api(`/v1/documents/${encodeURIComponent(chunkId)}/context`);
+    const part = (passage, className) => el("p", { className, text: passage.content });
+    if (context.previous) panel.append(part(context.previous, "neighbour"));
+    panel.append(el("p", { className: "cited", text: context.passage.content }));
+    if (context.next) panel.append(part(context.next, "neighbour"));
+    const where = context.passage.chunk_index === null ? "" : ` · passage ${context.passage.chunk_index + 1}`;
+    panel.append(el("p", { className: "muted", text: `${context.passage.source || context.passage.id}${where}` }));
+  }
+  panel.hidden = false;
+  button.textContent = "Hide context";
+  button.setAttribute("aria-expanded", "true");
 }
 
 const RECORD_COLUMNS = [["date", "Date"], ["type", "Type"], ["name", "Name"], ["code", "Code"], ["value", "Value"],
