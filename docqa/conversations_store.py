@@ -183,12 +183,20 @@ def conversation_payload(session: Session, conversation: Conversation,
         for t in turns_of(session, conversation)
     ]
     if readable is not None:
-        allowed = readable([str(c.get("document_id")) for turn in turns for c in turn["citations"]])
+        allowed = readable([str(c.get("document_id")) for turn in turns for c in turn["citations"]
+                            if not _public(c)])
         for turn in turns:
-            kept = [c for c in turn["citations"] if str(c.get("document_id")) in allowed]
+            kept = [c for c in turn["citations"] if _public(c) or str(c.get("document_id")) in allowed]
             if len(kept) < len(turn["citations"]):
                 turn.update(answer="", citations=kept, withheld=True)
     return {**conversation_summary(conversation), "turns": turns}
+
+
+def _public(citation: dict[str, Any]) -> bool:
+    """A web page a strategy searched (mspr's `web` source): public, never in the document store."""
+    from docqa.components.searxng_web_search import WEB_SOURCE
+
+    return citation.get("source") == WEB_SOURCE and str(citation.get("document_id") or "").startswith("web-")
 
 
 def _aware(value: datetime) -> datetime:

@@ -171,9 +171,10 @@ def test_a_reopened_turn_citing_a_document_the_owner_can_no_longer_read_is_withh
     with session_factory(Settings(data_dir=data_dir))() as session:
         conversation = load_conversation(session, "acme", "alice", conversation_id)
         for answer, cited in [("Plan says X [1]; memo says Y [2].", ["plan", "memo"]), ("Memo: Y [1].", ["memo"]),
-                              ("Gone says Z [1].", ["gone"])]:
+                              ("Gone says Z [1].", ["gone"]), ("The web says W [1].", ["web-1f2e"])]:
             append_turn(session, conversation, question="q", standalone="q", answer=answer,
-                        citations=[{"document_id": d, "snippet": f"Secret {d}."} for d in cited])
+                        citations=[{"document_id": d, "snippet": f"Secret {d}.",
+                                    "source": "web" if d.startswith("web-") else f"{d}.md"} for d in cited])
         session.commit()
 
     def reopened() -> list[tuple[str, list[str], bool]]:
@@ -181,13 +182,15 @@ def test_a_reopened_turn_citing_a_document_the_owner_can_no_longer_read_is_withh
         return [(t["answer"], [c["document_id"] for c in t["citations"]], t["withheld"]) for t in body["turns"]]
 
     everything = [("In Oslo.", [], False), ("Plan says X [1]; memo says Y [2].", ["plan", "memo"], False),
-                  ("Memo: Y [1].", ["memo"], False), ("Gone says Z [1].", ["gone"], False)]
+                  ("Memo: Y [1].", ["memo"], False), ("Gone says Z [1].", ["gone"], False),
+                  ("The web says W [1].", ["web-1f2e"], False)]
     assert reopened() == everything
-    # The plan's access list no longer names alice's group, and one cited document is deleted.
+    # The plan's access list no longer names alice's group, and one cited document is deleted; a public web page
+    # an answer cited (never in the store) stays shown.
     store.write_documents([doc("plan", ["group:hr"])], policy=DuplicatePolicy.OVERWRITE)
     store.delete_documents(["gone"])
     assert reopened() == [("In Oslo.", [], False), ("", ["memo"], True), ("Memo: Y [1].", ["memo"], False),
-                          ("", [], True)]
+                          ("", [], True), everything[4]]
     # Access given back: the stored answer shows again (nothing was deleted from the conversation).
     store.write_documents([doc("plan", ["user:alice"])], policy=DuplicatePolicy.OVERWRITE)
     assert reopened()[1] == everything[1]
