@@ -35,8 +35,10 @@ function citationItem(citation) {
   const head = el("div", { className: "source", text: citation.source || citation.document_id });
   if (typeof citation.score === "number") head.append(el("span", { className: "muted", text: ` score ${citation.score.toFixed(3)}` }));
   const item = el("li", {}, head, el("blockquote", { className: "snippet", text: citation.snippet || "" }));
-  // A record's citation is its table row; a passage opens in its document, between its neighbouring chunks.
-  if (!citation.record && citation.document_id) {
+  // A record's citation is its table row and a web page is not stored; a stored passage opens in its document,
+  // between its neighbouring chunks.
+  const web = citation.source === "web" && String(citation.document_id).startsWith("web-");
+  if (!citation.record && !web && citation.document_id) {
     const panel = el("div", { className: "passage-context", attrs: { "aria-live": "polite" } });
     panel.hidden = true;
     const button = el("button", { className: "link", text: "Show in context", attrs: { type: "button", "aria-expanded": "false" } });
