@@ -48,17 +48,29 @@ def restrict(scope: AccessScope, filters: dict[str, Any] | None) -> dict[str, An
     return {"operator": "AND", "conditions": [*access["conditions"], filters]}
 
 
+def _required_conditions(filters: dict[str, Any]) -> list[dict[str, Any]]:
+    # Conditions every match must meet: the filter itself, or the members of an AND, nested ANDs included (a
+    # strategy narrows docqa's filters by AND-ing them with its own, e.g. a record window).
+    if filters.get("operator") != "AND":
+        return [filters]
+    found: list[dict[str, Any]] = []
+    for condition in filters.get("conditions") or []:
+        if isinstance(condition, dict):
+            found.extend(_required_conditions(condition))
+    return found
+
+
 def tenant_of(filters: dict[str, Any] | None) -> str | None:
-    """The tenant docqa's access filters (`restrict`) name: the top-level `meta.tenant ==` condition.
+    """The tenant docqa's access filters (`restrict`) name: a `meta.tenant ==` condition every match must meet
+    (at the top level or in nested ANDs).
 
     None when there is none or when two disagree (such filters match nothing anyway). Components use it to pick
     per-tenant resources (topic models), so the tenant comes from the server-built scope, never from the caller.
     """
     if not filters:
         return None
-    conditions = filters.get("conditions") if filters.get("operator") == "AND" else [filters]
-    tenants = {c.get("value") for c in conditions or [] if isinstance(c, dict)
-               and c.get("field") == f"meta.{TENANT_FIELD}" and c.get("operator") == "=="}
+    tenants = {c.get("value") for c in _required_conditions(filters)
+               if c.get("field") == f"meta.{TENANT_FIELD}" and c.get("operator") == "=="}
     if len(tenants) != 1:
         return None
     tenant = tenants.pop()

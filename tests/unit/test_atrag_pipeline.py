@@ -165,6 +165,16 @@ class TestTenantTopicModels:
         assert tenant_of(restrict(other, {"field": "meta.tenant", "operator": "==", "value": "t"})) is None
         assert tenant_of(restrict(other, None)) == "u" and tenant_of(None) is None
 
+    def test_the_tenant_is_read_through_the_ands_a_strategy_adds(self) -> None:
+        # A record window AND-s docqa's filters with its own: the tenant's topic model must still be found.
+        scope = AccessScope(tenant="t", principals=frozenset({"alice"}))
+        window = {"field": "meta.patient_id", "operator": "==", "value": "p1"}
+        assert tenant_of({"operator": "AND", "conditions": [restrict(scope, None), window]}) == "t"
+        other = restrict(AccessScope(tenant="u", principals=frozenset({"alice"})), None)
+        assert tenant_of({"operator": "AND", "conditions": [restrict(scope, None), other]}) is None
+        # An OR does not require its members: no tenant is read through it.
+        assert tenant_of({"operator": "OR", "conditions": [restrict(scope, None), window]}) is None
+
 
 def _source_dates(resource: dict[str, Any]) -> str | None:
     for key in ("effectiveDateTime", "onsetDateTime", "authoredOn", "occurrenceDateTime", "recordedDate"):
