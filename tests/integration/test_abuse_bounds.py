@@ -94,7 +94,8 @@ class TestTimedOutRuns:
         assert llm_calls_since(calls_log, answered_at) == 0
         assert [t["status"] for t in traces_of(client, stack, question)] == ["timed_out"]
         detail = client.get(f"/v1/traces/{trace['id']}", headers=stack.auth("audrey")).json()
-        assert detail["steps"][0]["kind"] == "retrieval"
+        # The ReSP graph's controller decides first; the first work step is the retrieval.
+        assert next(step["kind"] for step in detail["steps"] if step["kind"] != "control") == "retrieval"
         assert any("not finished" in (step["error"] or "") for step in detail["steps"])
 
     def test_others_are_answered_after_a_burst_of_timeouts(self, client, stack):
