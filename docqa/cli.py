@@ -344,6 +344,7 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
         ("docqa.server.cli", "add_server_commands"),
         ("docqa.ingestion.cli", "add_ingest_commands"),
         ("docqa.evaluation.cli", "add_eval_commands"),
+        ("docqa.store_copy", "add_store_commands"),
     )
     import importlib
 
