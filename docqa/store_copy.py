@@ -260,8 +260,17 @@ def cmd_store_copy(args: argparse.Namespace, settings: Settings) -> int:
         if not args.quiet:
             print(f"  {done}/{pending} copied (up to sequence {last_seq})", flush=True)
 
+    from elastic_transport import TransportError
+    from elasticsearch import ApiError
+
     try:
         result = copier.run(tenant=tenant, restart=args.restart, on_batch=progress)
+    except (TransportError, ApiError) as error:
+        # Completed batches stay checkpointed: the same command resumes once the cluster answers.
+        raise DocqaError(
+            f"Elasticsearch at {settings.elasticsearch_url} failed after {done} chunks were copied "
+            f"(run the same command again to resume): {error}"
+        ) from error
     finally:
         source.close()
     print(
