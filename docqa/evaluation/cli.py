@@ -6,12 +6,14 @@ Usage:
     docqa eval --dataset questions.jsonl --pipelines standard,resp --out runs/2026-11 --principal group:hr
     docqa eval --dataset hotpot_dev.json --corpus hotpot_dev.json --pipelines standard,atrag --out runs/hotpot
     DOCQA_LLM_ROLES__JUDGE__MODEL=big-model docqa eval --dataset q.jsonl --pipelines standard --out r --judge
+    docqa eval --dataset q.jsonl --pipelines standard,contregen --out r --option contregen.max_llm_calls=8
     docqa eval compare runs/2026-10 runs/2026-11 --metric f1 --threshold 0.02   # exit 1 on a regression
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,9 @@ def add_eval_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tenant", help="tenant to read as (default: DOCQA_TENANT)")
     p.add_argument("--principal", action="append", help="principal (user or group) to read as (repeatable)")
     p.add_argument("--top-k", type=int, dest="top_k", help="documents per retrieval, for strategies that take it")
+    p.add_argument("--option", action="append", default=[], metavar="[PIPELINE.]NAME=VALUE",
+                   help="a strategy build option (repeatable; VALUE read as JSON, else as text), e.g. "
+                        "contregen.max_llm_calls=8, or max_iterations=2 for every strategy that takes it")
     p.add_argument("--recall-k", type=int, dest="recall_k",
                    help="supporting-passage recall over the first K distinct retrieved passages (default: all)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out, skipping answered pairs")
@@ -79,14 +84,24 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     questions = load_dataset(args.dataset, args.dataset_format)[: args.limit]
     scope = AccessScope(tenant=args.tenant or settings.tenant, principals=frozenset(args.principal or []))
     options: dict[str, Any] = {"top_k": args.top_k} if args.top_k is not None else {}
+    pipeline_options = parse_options(args.option, names)
+    options.update(pipeline_options.pop("", {}))
     runtime = Runtime(settings)
     if args.corpus is not None:
         from docqa.evaluation.corpus import read_corpus, write_missing
+        from docqa.evaluation.records import with_record_sets
+        from docqa.topics import refit_if_due
 
         corpus = read_corpus(args.corpus, tenant=scope.tenant, access=args.allow or [EVERYONE])
-        questions = with_story_support(questions, corpus)
+        questions = with_record_sets(with_story_support(questions, corpus), args.corpus, corpus)
         written = write_missing(runtime, corpus)
         print(f"corpus {args.corpus}: {written} new passages stored for tenant {scope.tenant!r}", file=sys.stderr)
+        # As after an ingestion: AT-RAG narrows by the tenant's topic model, fitted once the corpus is stored.
+        refitted = refit_if_due(runtime, scope.tenant) if written else None
+        if refitted:
+            print(refitted, file=sys.stderr)
+    elif any(q.record_selection is not None for q in questions):
+        raise DocqaError("record questions (`select`) need --corpus naming the patient records they ask about")
     judge = None
     if args.judge:
         from docqa.evaluation.judge import JUDGE_ROLE, AnswerJudge
@@ -98,12 +113,35 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         check_llm_endpoint(runtime.settings, JUDGE_ROLE)
         judge = AnswerJudge(chat_generator=runtime.chat_generator(JUDGE_ROLE))
     records = run_evaluation(runtime, questions, names, args.out, scope=scope, label=args.label,
-                             options=options, resume=args.resume, progress=not args.quiet, recall_k=args.recall_k,
+                             options=options, pipeline_options=pipeline_options, resume=args.resume,
+                             progress=not args.quiet, recall_k=args.recall_k,
                              judge=judge)
     rows = write_reports(args.out, records)
     print(markdown_table(rows))
     print(f"\nwrote {args.out}/results.jsonl, summary.csv, report.md, report.html and plots")
     return 0
+
+
+def parse_options(specs: list[str], names: list[str]) -> dict[str, dict[str, Any]]:
+    """`[PIPELINE.]NAME=VALUE` options by strategy ("" for those meant for every strategy that takes them).
+
+    A named strategy's options are checked by its options model when it is built (a wrong name or value fails
+    before any question runs); shared ones go only to the strategies whose options include them.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        key, sep, text = spec.partition("=")
+        pipeline, dot, name = key.strip().rpartition(".")
+        if not sep or not name or (dot and not pipeline):
+            raise DocqaError(f"--option {spec!r}: expected [PIPELINE.]NAME=VALUE")
+        if pipeline and pipeline not in names:
+            raise DocqaError(f"--option {spec!r}: {pipeline!r} is not among --pipelines")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        out.setdefault(pipeline, {})[name] = value
+    return out
 
 
 def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:

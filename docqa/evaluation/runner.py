@@ -173,6 +173,7 @@ def run_evaluation(
     scope: AccessScope,
     label: str | None = None,
     options: dict[str, Any] | None = None,
+    pipeline_options: dict[str, dict[str, Any]] | None = None,
     filters: dict[str, Any] | None = None,
     resume: bool = False,
     progress: bool = True,
@@ -182,6 +183,8 @@ def run_evaluation(
     """Answer every question with every strategy (strategies take turns per question) and append the records.
 
     :param options: builder options given to every strategy that accepts them (e.g. `top_k`).
+    :param pipeline_options: builder options of one strategy each (e.g. `{"contregen": {"max_llm_calls": 8}}`),
+        over the shared ones; its options model rejects one it does not take.
     :param filters: a metadata filter narrowing every retrieval further (e.g. one dataset's passages); it is
         combined with the scope's access filter, never a replacement for it.
     :param resume: keep `results.jsonl` and skip the (question, strategy) pairs it already holds; without it an
@@ -215,9 +218,11 @@ def run_evaluation(
     built = {}
     for name in pipelines:
         accepted = _accepted_options(pipeline_spec(name), options or {})
-        built[name] = build_pipeline(name, runtime, **accepted)
+        built[name] = build_pipeline(name, runtime, **{**accepted, **(pipeline_options or {}).get(name, {})})
     asked_by = f"eval:{label or out_dir.name}"
-    _write_run_file(out_dir, runtime, pipelines, scope, asked_by, len(questions), judged=judge is not None)
+    _write_run_file(out_dir, runtime, pipelines, scope, asked_by, len(questions), judged=judge is not None,
+                    options={name: {**_accepted_options(pipeline_spec(name), options or {}),
+                                    **(pipeline_options or {}).get(name, {})} for name in pipelines})
     words_of = WordCounter(runtime.document_store) if _has_retrieval(pipelines) else None
 
     todo = [(q, name) for q in questions for name in pipelines if (q.id, name) not in done]
@@ -273,13 +278,13 @@ def _has_retrieval(pipelines: Sequence[str]) -> bool:
 
 
 def _write_run_file(out_dir: Path, runtime: Any, pipelines: Sequence[str], scope: AccessScope, asked_by: str,
-                    questions: int, judged: bool = False) -> None:
+                    questions: int, judged: bool = False, options: dict[str, Any] | None = None) -> None:
     from docqa.settings import JUDGE_ROLE
 
     info = {
         "pipelines": list(pipelines), "tenant": scope.tenant, "principals": sorted(scope.principals),
         "asked_by": asked_by, "questions": questions, "models": runtime.models_by_role(),
-        "top_k": runtime.settings.top_k,
+        "top_k": runtime.settings.top_k, "options": options or {},
         "judge_model": runtime.settings.endpoint_for(JUDGE_ROLE).model if judged else None,
     }
     (out_dir / RUN_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")

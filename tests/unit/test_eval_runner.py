@@ -17,7 +17,7 @@ from docqa.access import AccessScope
 from docqa.audit.models import AuditTrace
 from docqa.audit.recorder import audit_session
 from docqa.components.hybrid_retriever import HybridRetriever
-from docqa.errors import DocqaError
+from docqa.errors import DocqaError, InvalidOptionsError
 from docqa.evaluation.corpus import ensure_corpus
 from docqa.evaluation.datasets import EvalQuestion, load_dataset
 from docqa.evaluation.report import SUMMARY_COLUMNS, write_reports
@@ -282,3 +282,22 @@ class TestDatasets:
         (tmp_path / name).write_text(text)
         with pytest.raises(DocqaError, match=fragment):
             load_dataset(tmp_path / name)
+
+
+class TestOptions:
+    def test_a_strategy_option_overrides_the_shared_one_for_that_strategy_only(self, settings, store, tmp_path):
+        llm = ScriptedChatGenerator(rules=[(r".", _answer)])
+        records = run_evaluation(_runtime(settings, store, llm), QUESTIONS[:1], ["standard", "resp"],
+                                 tmp_path / "run", scope=ALICE, progress=False, options={"top_k": 1},
+                                 pipeline_options={"standard": {"top_k": 2}})
+        standard = next(r for r in records if r.pipeline == "standard")
+        assert len(standard.retrieved_ids) == 2  # both passages alice may read, not the shared top_k of 1
+        run = json.loads((tmp_path / "run" / "run.json").read_text())
+        assert run["options"] == {"standard": {"top_k": 2}, "resp": {"top_k": 1}}
+
+    def test_an_option_the_strategy_does_not_take_fails_before_any_question(self, settings, store, tmp_path):
+        llm = ScriptedChatGenerator(rules=[(r".", _answer)])
+        with pytest.raises(InvalidOptionsError, match="max_llm_calls"):
+            run_evaluation(_runtime(settings, store, llm), QUESTIONS[:1], ["standard"], tmp_path / "run",
+                           scope=ALICE, progress=False, pipeline_options={"standard": {"max_llm_calls": 3}})
+        assert not (tmp_path / "run" / RESULTS_FILE).exists()
