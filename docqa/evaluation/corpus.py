@@ -5,7 +5,9 @@ optional `title`, which is put first the same way. The ids are kept, so a datase
 supporting-passage recall. Passages already stored under their id are not embedded again.
 HotpotQA (`{title: [sentences]}`, or a question file's `context`), MuSiQue (a list of `{title, text}`, or a
 question file's `paragraphs`) and ODSum stories (`divided_document`, cut into pieces) are read in their own
-layouts (see `formats`), with the ids their questions' supporting ids name.
+layouts (see `formats`), with the ids their questions' supporting ids name. Patient records (a FHIR bundle, a
+Synthea CSV export folder, or a folder holding them) are parsed as `docqa records` stores them, one document per
+record; record questions name their gold records from the same files (see `records`).
 
 Usage:
     written = ensure_corpus(runtime, Path("corpus.jsonl"), tenant="acme", access=["group:eval"])
@@ -29,6 +31,12 @@ BATCH = 256
 
 def read_corpus(path: Path, *, tenant: str, access: Sequence[str] = (EVERYONE,)) -> list[Document]:
     """The passages of a corpus file, each once, as Documents readable by `access` in `tenant`."""
+    if path.is_dir() or _is_fhir_bundle(path):
+        from docqa.evaluation.records import parse_records, record_sources
+
+        if not record_sources(path):
+            raise DocqaError(f"{path}: no FHIR bundles (.json) or Synthea CSV export (patients.csv) in it")
+        return list({d.id: d for d in parse_records(path, tenant=tenant, access=access)}.values())
     if not path.is_file():
         raise DocqaError(f"no such corpus file: {path}")
     layout, raw = _layout_of(path)
@@ -40,6 +48,15 @@ def read_corpus(path: Path, *, tenant: str, access: Sequence[str] = (EVERYONE,))
                 "tenant": tenant, "access": list(access)}))
         return list(documents.values())
     return _read_flashrag(path, tenant=tenant, access=access)
+
+
+def _is_fhir_bundle(path: Path) -> bool:
+    # Read only the start: a bundle says so in its first keys, and a corpus file can be large.
+    if not path.is_file() or path.suffix.lower() != ".json":
+        return False
+    with path.open(encoding="utf-8") as handle:
+        head = handle.read(4096)
+    return '"resourceType"' in head and '"Bundle"' in head
 
 
 def _layout_of(path: Path) -> tuple[str | None, Any]:

@@ -3,6 +3,8 @@
 JSONL, one object a line: `question`, `golden_answers` (a list, or `answer` as one string), optional `id`,
 `supporting` (ids of the passages that answer it; `supporting_ids` also read), `records` (ids of the records a
 record question should return), `short_answers` (ASQA-style alias lists), and run inputs `as_of`/`patient_id`.
+A time-scoped record question may name its records with `select` (record type, period, "abnormal", last visit)
+instead of ids: the gold set is then computed from the records corpus (see `records`).
 ASQA's layout is read too (a `.json` array or JSONL of objects with `qa_pairs[].short_answers` and
 `annotations[].long_answer`): the long answers are the references for ROUGE-L, the short answers score
 short-answer recall.
@@ -44,6 +46,8 @@ class EvalQuestion:
     short_answers: tuple[tuple[str, ...], ...] = ()
     run_inputs: dict[str, Any] = field(default_factory=dict)
     gold_title: str | None = None  # ODSum: the story whose pieces are the supporting passages
+    # A record question's `select` (see `records`): its record_ids are computed from the records corpus.
+    record_selection: dict[str, Any] | None = None
 
 
 def question_id(question: str) -> str:
@@ -97,10 +101,19 @@ def _from_object(raw: Any, where: str) -> EvalQuestion:
     if not short and isinstance(raw.get("qa_pairs"), list):  # ASQA: one alias list per disambiguation
         short = tuple(_strings(p.get("short_answers")) for p in raw["qa_pairs"] if isinstance(p, dict))
     run_inputs = {key: raw[key] for key in ("as_of", "patient_id") if raw.get(key) is not None}
+    selection = None
+    if raw.get("select") is not None:
+        from docqa.evaluation.records import RecordSelection
+
+        if records is not None:
+            raise DocqaError(f"{where}: give either `records` or `select`, not both")
+        if not isinstance(raw.get("as_of"), str) or not isinstance(raw.get("patient_id"), str):
+            raise DocqaError(f"{where}: a record question with `select` needs `as_of` and `patient_id`")
+        selection = RecordSelection.from_dict(raw["select"], where).to_dict()
     return EvalQuestion(
         id=str(raw.get("id") or question_id(raw["question"])), question=raw["question"].strip(), answers=answers,
         supporting_ids=supporting, record_ids=None if records is None else _strings(records), short_answers=short,
-        run_inputs=run_inputs, gold_title=raw.get("gold_title"),
+        run_inputs=run_inputs, gold_title=raw.get("gold_title"), record_selection=selection,
     )
 
 
