@@ -1,7 +1,9 @@
 """Supporting-passage recall@5 and @10 of BM25, dense and hybrid (RRF) single-shot retrieval on the shared
 MuSiQue and HotpotQA samples: each question retrieves from its dataset's full corpus in the embedded store
-(or Elasticsearch when DOCQA_ELASTICSEARCH_URL is set). Recall of a question = supporting passages found /
-supporting passages; the figure is the mean over questions. Prints figures; asserts nothing.
+(or Elasticsearch when DOCQA_ELASTICSEARCH_URL is set). Questions and passages are read by `docqa eval`'s
+loaders (`docqa.evaluation`: the published HotpotQA/MuSiQue layouts, the same passage ids) and recall@k is its
+`recall_at_k`: supporting passages among the first k / supporting passages, averaged over the questions that
+have supporting passages. Prints figures; asserts nothing.
 
     python bench/retrieval_recall.py
     DOCQA_EMBEDDING_BACKEND=onnx-int8 python bench/retrieval_recall.py   # any embedding backend
@@ -23,15 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a 
 
 from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.embedding import build_document_embedder, build_text_embedder
+from docqa.evaluation.corpus import read_corpus
+from docqa.evaluation.datasets import load_dataset
+from docqa.evaluation.metrics import recall_at_k
 from docqa.settings import Settings
 from docqa.stores.factory import build_document_store, build_retrievers
-from docqa_eval.datasets import MULTIHOP_DATASETS, load_corpus, load_questions, shared_data_dir
+from docqa_eval.datasets import MULTIHOP_DATASETS, shared_data_dir
 
 DEPTH = 10
-
-
-def recall(found_ids: list[str], gold: tuple[str, ...], k: int) -> float:
-    return len(set(found_ids[:k]) & set(gold)) / len(gold)
 
 
 def main() -> None:
@@ -57,14 +58,15 @@ def main() -> None:
             if hasattr(store, "delete_all_documents"):
                 store.delete_all_documents()
             started = time.perf_counter()
-            corpus = load_corpus(dataset, tenant="eval", access=["everyone"])
+            folder = shared_data_dir() / "multihop"
+            corpus = read_corpus(folder / f"{dataset}_train_corpus.json", tenant="eval", access=["everyone"])
             store.write_documents(doc_embedder.run(documents=corpus)["documents"])
             embed_s = time.perf_counter() - started
             bm25, dense = build_retrievers(store, Settings(data_dir=Path(workdir), retrieval_candidates=DEPTH))
             hybrid = HybridRetriever(*build_retrievers(store, settings), text_embedder, top_k=DEPTH, candidates=20)
             filters = {"field": "meta.tenant", "operator": "==", "value": "eval"}
             totals = {name: [0.0, 0.0] for name in ("bm25", "dense", "hybrid")}
-            questions = load_questions(dataset)
+            questions = [q for q in load_dataset(folder / f"{dataset}_train.json") if q.supporting_ids]
             for q in questions:
                 vector = text_embedder.run(text=q.question)["embedding"]
                 runs = {
@@ -74,8 +76,8 @@ def main() -> None:
                 }
                 for name, docs in runs.items():
                     ids = [d.id for d in docs]
-                    totals[name][0] += recall(ids, q.supporting_ids, 5)
-                    totals[name][1] += recall(ids, q.supporting_ids, 10)
+                    totals[name][0] += recall_at_k(ids, q.supporting_ids, 5) or 0.0
+                    totals[name][1] += recall_at_k(ids, q.supporting_ids, 10) or 0.0
             n = len(questions)
             cells = [f"{100 * r5 / n:5.1f} / {100 * r10 / n:5.1f}" for r5, r10 in totals.values()]
             print(f"{dataset:<10} {n:>4} {len(corpus):>8} | {cells[0]:>15} | {cells[1]:>16} | {cells[2]:>17}")
