@@ -38,6 +38,7 @@ from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.components.topic_assigner import TopicAssigner
 from docqa.components.topic_filtered_retriever import MODE_TOPIC, TopicFilteredRetriever
 from docqa.embedding import build_document_embedder, build_text_embedder
+from docqa.evaluation.metrics import recall_at_k
 from docqa.settings import Settings
 from docqa.stores.factory import build_document_store, build_retrievers
 from docqa_eval.datasets import MULTIHOP_DATASETS, load_corpus, load_questions, shared_data_dir
@@ -62,10 +63,6 @@ class ForcedTopicRetriever:
         ]}
         return {"documents": self.retriever.run(query=query, filters=narrowed, top_k=top_k)["documents"],
                 "topic": {"mode": MODE_TOPIC}}
-
-
-def _recall(ids: list[str], gold: tuple[str, ...], k: int) -> float:
-    return len(set(ids[:k]) & set(gold)) / len(gold)
 
 
 def _ms(values: list[float], q: float) -> float:
@@ -137,8 +134,8 @@ def main() -> None:
                     out = retriever.run(query=q.question, filters=filters, top_k=TOP_K)
                     times.append(time.perf_counter() - start)
                     ids = [d.id for d in out["documents"]]
-                    r5 += _recall(ids, q.supporting_ids, 5)
-                    r10 += _recall(ids, q.supporting_ids, 10)
+                    r5 += recall_at_k(ids, q.supporting_ids, 5) or 0.0
+                    r10 += recall_at_k(ids, q.supporting_ids, 10) or 0.0
                     mode = out.get("topic", {}).get("mode", "-")
                     modes[mode] = modes.get(mode, 0) + 1
                 n = len(questions)
