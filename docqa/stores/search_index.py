@@ -1,21 +1,32 @@
-"""The in-memory search side of the embedded store: immutable segments plus tombstones, rebuilt from SQLite.
+"""The search side of the embedded store: immutable segments plus tombstones, over SQLite's rows.
 
-Each segment holds the documents of one catch-up batch: a CSC term-frequency matrix with precomputed BM25
-term weights (BM25 over a sparse matrix is a handful of numpy operations per query term), float32 embedding
-blocks (one per dimension), the metadata used by filters, and an alive mask. Deleting or overwriting a
-document only flips its alive bit; segments are merged when there are many of them or many dead rows.
+Each segment holds the documents of one catch-up batch: postings per term (rows, term frequencies and
+precomputed BM25 term weights, CSC-like: `indptr` slices `indices`/`tf`/`weights` by column), float32
+embedding blocks (one per dimension), the metadata used by filters, and an alive mask. Deleting or
+overwriting a document only flips its alive bit; in-memory segments are merged when there are many of them or
+many dead rows.
+
+A process that opens a store with an index snapshot (`docqa.stores.snapshot`) starts from one *frozen*
+segment whose arrays are memory-mapped from the snapshot files (pages shared by every process), with a private
+alive mask; its columns are the snapshot's sorted vocabulary, which `_Vocabulary` consults before giving a
+new term the next id. Only rows written after the snapshot become in-memory segments (the delta). A frozen
+segment is never merged or reweighted in place: the next snapshot replaces it.
+
+BM25 accumulates the query terms' postings into a per-segment scratch array and reads back only the touched
+rows (no pass over the whole segment), so a query costs its postings, not the corpus size.
 
 Dense search is exact (one matrix-vector product per block) in blocks smaller than `ann_min_chunks` rows and
-approximate in larger ones: an HNSW graph (hnswlib, inner product), built on the block's first dense query
-and kept until the segment is merged away. Blocks above `ANN_SYNC_BUILD_MAX` rows build their graph in a
-background thread (minutes at a million chunks) and are searched exactly until it is ready.
-The graph only proposes candidates: they are over-fetched, filtered
-exactly by the same masks as exact search (tenant, access, collection, dates, tombstones) and re-scored exactly,
-so scores equal exact search's. A filter keeping under `ANN_MIN_FRACTION` of the block, or an over-fetch that
-leaves fewer than `top_k` matching candidates, falls back to exact search over the matching rows.
+approximate in larger ones: an HNSW graph (usearch, inner product). A snapshot carries the graph of its large
+blocks (keys are sequence numbers), memory-mapped like the rest; other blocks build theirs on the first dense
+query, and blocks above `ANN_SYNC_BUILD_MAX` rows build it in a background thread, searched exactly until it is
+ready. The graph only proposes candidates: they are over-fetched, filtered exactly by the same masks as exact
+search (tenant, access, collection, dates, tombstones) and re-scored exactly, so scores equal exact search's.
+A filter keeping under `ANN_MIN_FRACTION` of the block, or an over-fetch that leaves fewer than `top_k`
+matching candidates, falls back to exact search over the matching rows.
 
 Statistics follow Lucene: document frequencies and the average length count tombstoned rows until the next
-merge, and a segment's length normalisation uses the average length known when it was built.
+merge (or snapshot), and a segment's length normalisation uses the average length known when it was weighted
+(a frozen segment: when its snapshot was written).
 
 Usage:
     index = SearchIndex(k1=1.5, b=0.75, similarity="cosine")
@@ -29,12 +40,11 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
-from scipy import sparse
 
 from docqa.stores.filters import StoredRecord, compile_filters, field_path, referenced_fields
 from docqa.stores.tokenizer import STOP_WORDS, TOKEN, tokenize
@@ -53,6 +63,19 @@ ANN_EF_SEARCH = 128
 ANN_OVERFETCH = 3.0
 ANN_MIN_FRACTION = 0.05
 ANN_SYNC_BUILD_MAX = 20_000
+ANN_BUILD_THREADS = 2
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class TermTable(Protocol):
+    """A snapshot's sorted vocabulary: term id <-> term."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, term_id: int) -> str: ...
+
+    def find(self, term: str) -> int | None: ...
 
 
 @dataclass
@@ -66,51 +89,99 @@ class IndexedRow:
 
 @dataclass
 class DenseBlock:
-    positions: np.ndarray  # rows of the segment that have an embedding of this dimension
+    positions: np.ndarray  # rows of the segment that have an embedding of this dimension (ascending)
     matrix: np.ndarray  # float32 (len(positions), dim), unit rows when similarity is cosine
-    ann: Any = None  # hnswlib index over `matrix` rows, built on first use when the block is large enough
+    ann: Any = None  # usearch index over `matrix` rows, built on first use when the block is large enough
     ann_builder: threading.Thread | None = None  # background build of `ann` for large blocks
+    ann_by_seq: bool = False  # graph keys are sequence numbers (snapshot graphs), else block rows
 
 
 @dataclass
 class Segment:
-    seqs: np.ndarray
-    ids: list[str]
-    metas: list[dict[str, Any]]
+    seqs: np.ndarray  # ascending
+    ids: Sequence[str]
+    metas: Sequence[dict[str, Any]]
     alive: np.ndarray
-    tf: sparse.csc_matrix
+    indptr: np.ndarray  # column c's postings are indices/tf/weights[indptr[c]:indptr[c + 1]]
+    indices: np.ndarray  # int32 rows, ascending within a column
+    tf: np.ndarray  # float32 term frequencies
     doc_len: np.ndarray
-    weights: np.ndarray
+    weights: np.ndarray  # float32 BM25 term weights (without idf)
     dense: dict[int, DenseBlock]
+    # Global term id of each column (ascending); None when column c is term c (frozen segments).
+    term_ids: np.ndarray | None = None
+    frozen: bool = False
+    dead: int = 0
     filter_masks: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict)
     # meta key -> text value -> positions holding it (a segment's metas never change), for `==` fast paths.
-    value_index: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    value_index: dict[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
+    # Frozen segments read a key's value index from their snapshot instead of decoding every meta.
+    value_source: Callable[[str], Mapping[str, np.ndarray]] | None = None
+    scratch: np.ndarray | None = None  # BM25 accumulator, zero between queries
 
     @property
     def size(self) -> int:
-        return len(self.ids)
+        return len(self.seqs)
+
+    def columns(self, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in `terms` that have postings here, their columns)."""
+        if self.term_ids is None:
+            inside = np.flatnonzero(terms < len(self.indptr) - 1)
+            return inside, terms[inside]
+        cols = np.searchsorted(self.term_ids, terms)
+        found = np.flatnonzero((cols < len(self.term_ids)) & (self.term_ids[np.minimum(cols, len(self.term_ids) - 1)]
+                                                              == terms)) if len(self.term_ids) else _EMPTY
+        return found, cols[found]
+
+    def coo(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, global term id, tf) of every posting."""
+        counts = np.diff(self.indptr)
+        cols = np.arange(len(counts), dtype=np.int64) if self.term_ids is None else self.term_ids
+        return np.asarray(self.indices), np.repeat(cols, counts), np.asarray(self.tf)
 
 
 class SearchIndex:
-    """BM25 and dense search over segments; not thread-safe (the store serialises access)."""
+    """BM25 and dense search over segments; not thread-safe (the store serialises access).
 
-    def __init__(self, *, k1: float, b: float, similarity: str, ann_min_chunks: int | None = None) -> None:
+    :param base: a frozen (memory-mapped) segment from a snapshot, and `base_terms` its vocabulary.
+    """
+
+    def __init__(
+        self,
+        *,
+        k1: float,
+        b: float,
+        similarity: str,
+        ann_min_chunks: int | None = None,
+        base: Segment | None = None,
+        base_terms: TermTable | None = None,
+    ) -> None:
         """:param ann_min_chunks: blocks of at least this many embeddings are searched through HNSW (None: never)."""
         self.k1 = k1
         self.b = b
         self.similarity = similarity
         self.ann_min_chunks = ann_min_chunks
-        # Looking up an unseen term assigns it the next id; queries test membership first and never add terms.
-        self.vocab = _Vocabulary()
-        self._stop = np.zeros(0, dtype=bool)
+        # Looking up an unseen term assigns it the next id; queries use `lookup`, which never adds terms.
+        self.vocab = _Vocabulary(base_terms)
+        self._stop = np.zeros(0, dtype=bool)  # stop-word flags of the terms added after the base vocabulary
         self.segments: list[Segment] = []
-        self._df = np.zeros(0, dtype=np.int64)
+        self.base = base
+        self._df = np.zeros(0, dtype=np.int64)  # document frequencies from in-memory segments
         self._indexed_docs = 0
         self._indexed_len = 0.0
+        if base is not None:
+            self.segments.append(base)
+            self._indexed_docs = base.size
+            self._indexed_len = float(np.asarray(base.doc_len, dtype=np.float64).sum())
 
     @property
     def live_count(self) -> int:
-        return int(sum(int(s.alive.sum()) for s in self.segments))
+        return int(sum(np.count_nonzero(s.alive) for s in self.segments))
+
+    @property
+    def pending_changes(self) -> int:
+        """Rows the next snapshot would fold in: in-memory rows plus rows deleted from the frozen segment."""
+        return sum(s.dead if s.frozen else s.size for s in self.segments)
 
     # ---- updates -------------------------------------------------------------------------------------------
 
@@ -130,7 +201,10 @@ class SearchIndex:
             inside = idx < segment.size
             idx = idx[inside]
             hits = idx[segment.seqs[idx] == wanted[inside]]
-            segment.alive[hits] = False
+            if len(hits):
+                hits = hits[segment.alive[hits]]
+                segment.alive[hits] = False
+                segment.dead += len(hits)
         self._maybe_merge()
 
     def _build_segment(self, rows: list[IndexedRow]) -> Segment:
@@ -144,34 +218,36 @@ class SearchIndex:
             term_ids.extend(ids)
             counts[i] = len(ids)
         terms = np.asarray(term_ids, dtype=np.int64)
-        doc_rows = np.repeat(np.arange(len(rows)), counts)
-        keep = ~self._stop_flags()[terms]
+        doc_rows = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+        # Base (snapshot) terms are never stop words: the snapshot keeps only terms with postings.
+        keep = np.ones(len(terms), dtype=bool)
+        added = np.flatnonzero(terms >= self.vocab.base_size)
+        keep[added] = ~self._stop_flags()[terms[added] - self.vocab.base_size]
         terms, doc_rows = terms[keep], doc_rows[keep]
         doc_len = np.bincount(doc_rows, minlength=len(rows)).astype(np.float32)
-        tf = sparse.csc_matrix(
-            (np.ones(len(terms), dtype=np.float32), (doc_rows, terms)),
-            shape=(len(rows), len(self.vocab)),
-            dtype=np.float32,
-        )
-        tf.sum_duplicates()
+        columns, indptr, indices, tf = postings(doc_rows, terms, np.ones(len(terms), dtype=np.float32), len(rows))
         segment = Segment(
             seqs=np.asarray([r.seq for r in rows], dtype=np.int64),
             ids=[r.id for r in rows],
             metas=[r.meta for r in rows],
             alive=np.ones(len(rows), dtype=bool),
+            indptr=indptr,
+            indices=indices,
             tf=tf,
             doc_len=doc_len,
             weights=np.zeros(0, dtype=np.float32),
             dense=self._dense_blocks([r.embedding for r in rows]),
+            term_ids=columns,
         )
         self._count_stats(segment, sign=1)
         self._reweight(segment)
         return segment
 
     def _stop_flags(self) -> np.ndarray:
-        if len(self._stop) < len(self.vocab):
-            terms = list(self.vocab)[len(self._stop) :]
-            self._stop = np.concatenate([self._stop, np.fromiter((t in STOP_WORDS for t in terms), dtype=bool)])
+        added = self.vocab.added
+        if len(self._stop) < len(added):
+            fresh = np.fromiter((t in STOP_WORDS for t in added[len(self._stop) :]), dtype=bool)
+            self._stop = np.concatenate([self._stop, fresh])
         return self._stop
 
     def _dense_blocks(self, embeddings: list[np.ndarray | None]) -> dict[int, DenseBlock]:
@@ -183,33 +259,36 @@ class SearchIndex:
         for dim, positions in by_dim.items():
             matrix = np.stack([embeddings[p] for p in positions]).astype(np.float32, copy=False)
             if self.similarity == "cosine":
-                norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-                matrix = matrix / np.where(norms == 0, 1.0, norms)
+                matrix = normalise_rows(matrix)
             blocks[dim] = DenseBlock(positions=np.asarray(positions, dtype=np.int64), matrix=matrix)
         return blocks
 
     def _count_stats(self, segment: Segment, sign: int) -> None:
-        n_terms = segment.tf.shape[1]
-        if len(self._df) < len(self.vocab):
-            self._df = np.concatenate([self._df, np.zeros(len(self.vocab) - len(self._df), dtype=np.int64)])
-        self._df[:n_terms] += sign * np.diff(segment.tf.indptr)
+        assert segment.term_ids is not None, "frozen segments keep their snapshot's statistics"
+        if len(self._df) < self.vocab.size:
+            grown = np.zeros(max(self.vocab.size, 2 * len(self._df)), dtype=np.int64)
+            grown[: len(self._df)] = self._df
+            self._df = grown
+        self._df[segment.term_ids] += sign * np.diff(segment.indptr)
         self._indexed_docs += sign * segment.size
         self._indexed_len += sign * float(segment.doc_len.sum())
 
     def _reweight(self, segment: Segment) -> None:
+        if segment.frozen:
+            return
         avgdl = self._indexed_len / self._indexed_docs if self._indexed_docs else 1.0
-        norm = self.k1 * (1.0 - self.b + self.b * segment.doc_len / max(avgdl, 1e-9))
-        tf = segment.tf.data
-        segment.weights = (tf * (self.k1 + 1.0) / (tf + norm[segment.tf.indices])).astype(np.float32)
+        segment.weights = bm25_weights(segment.tf, segment.indices, segment.doc_len, self.k1, self.b, avgdl)
 
     def _maybe_merge(self) -> None:
-        total = sum(s.size for s in self.segments)
-        dead = total - self.live_count
+        # Frozen (snapshot) segments stay as they are: the next snapshot drops their dead rows.
+        loose = [s for s in self.segments if not s.frozen]
+        total = sum(s.size for s in loose)
+        dead = sum(s.dead for s in loose)
         if total and dead / total > MAX_DEAD_FRACTION:
-            self._merge(list(self.segments))
-        elif len(self.segments) > MAX_SEGMENTS:
+            self._merge(loose)
+        elif len(loose) > MAX_SEGMENTS:
             # Merge the small segments; fold the largest in only when it would not dominate the result.
-            ordered = sorted(self.segments, key=lambda s: s.size)
+            ordered = sorted(loose, key=lambda s: s.size)
             small, largest = ordered[:-1], ordered[-1]
             self._merge(ordered if sum(s.size for s in small) >= largest.size else small)
 
@@ -218,13 +297,10 @@ class SearchIndex:
         keep = [s for s in self.segments if all(s is not c for c in chosen)]
         for segment in chosen:
             self._count_stats(segment, sign=-1)
-        n_terms = len(self.vocab)
-        parts = []
-        for segment in chosen:
-            tf = segment.tf.copy()
-            tf.resize((segment.size, n_terms))
-            parts.append(tf.tocsr()[np.flatnonzero(segment.alive)])
         alive_pos = [np.flatnonzero(s.alive) for s in chosen]
+        rows, terms, tfs = alive_postings(chosen, [s.alive for s in chosen])
+        n = sum(len(p) for p in alive_pos)
+        columns, indptr, indices, tf = postings(rows, terms, tfs, n)
         embeddings: list[np.ndarray | None] = []
         for segment, positions in zip(chosen, alive_pos, strict=True):
             by_pos: dict[int, np.ndarray] = {}
@@ -236,14 +312,16 @@ class SearchIndex:
             seqs=np.concatenate([s.seqs[p] for s, p in zip(chosen, alive_pos, strict=True)]),
             ids=[s.ids[i] for s, p in zip(chosen, alive_pos, strict=True) for i in p],
             metas=[s.metas[i] for s, p in zip(chosen, alive_pos, strict=True) for i in p],
-            alive=np.ones(sum(len(p) for p in alive_pos), dtype=bool),
-            tf=sparse.vstack(parts, format="csc", dtype=np.float32) if parts else sparse.csc_matrix((0, n_terms)),
+            alive=np.ones(n, dtype=bool),
+            indptr=indptr,
+            indices=indices,
+            tf=tf,
             doc_len=np.concatenate([s.doc_len[p] for s, p in zip(chosen, alive_pos, strict=True)]),
             weights=np.zeros(0, dtype=np.float32),
             # Already-normalised rows stay unit rows, so re-normalising is harmless.
             dense=self._dense_blocks(embeddings),
+            term_ids=columns,
         )
-        merged.tf.sort_indices()
         self._count_stats(merged, sign=1)
         self.segments = sorted([*keep, merged], key=lambda s: int(s.seqs[0]) if s.size else 0)
         self.segments = [s for s in self.segments if s.size]
@@ -260,34 +338,65 @@ class SearchIndex:
         parts = [s.seqs[p] for s, p in self.matching(filters, load_fields)]
         return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
+    def _document_frequencies(self, terms: np.ndarray) -> np.ndarray:
+        df = np.zeros(len(terms), dtype=np.float64)
+        inside = terms < len(self._df)
+        df[inside] += self._df[terms[inside]]
+        if self.base is not None:
+            indptr = self.base.indptr
+            based = terms < len(indptr) - 1
+            df[based] += indptr[terms[based] + 1] - indptr[terms[based]]
+        return df
+
     def bm25(
         self, query: str, *, top_k: int, filters: dict[str, Any] | None, load_fields: FieldLoader
     ) -> list[tuple[int, float]]:
         """Top documents by BM25 (OR over the query terms) as (seq, score), best first."""
-        known = sorted({self.vocab[t] for t in tokenize(query) if t in self.vocab})
+        known = sorted({i for t in tokenize(query) if (i := self.vocab.lookup(t)) is not None})
         if not known or not self._indexed_docs:
             return []
-        df = self._df[known].astype(np.float64)
+        terms = np.asarray(known, dtype=np.int64)
+        df = self._document_frequencies(terms)
         idf = np.log1p((self._indexed_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
         candidates: list[tuple[int, float]] = []
         for segment in self.segments:
-            indptr = segment.tf.indptr
-            rows_parts, weight_parts = [], []
-            for term, term_idf in zip(known, idf, strict=True):
-                if term + 1 >= len(indptr):
-                    continue
-                start, end = indptr[term], indptr[term + 1]
-                if start != end:
-                    rows_parts.append(segment.tf.indices[start:end])
-                    weight_parts.append(segment.weights[start:end] * term_idf)
-            if not rows_parts:
+            found, cols = segment.columns(terms)
+            spans = [
+                (int(segment.indptr[c]), int(segment.indptr[c + 1]), idf[f])
+                for f, c in zip(found.tolist(), cols.tolist(), strict=True)
+            ]
+            spans = [span for span in spans if span[1] > span[0]]
+            if not spans:
                 continue
-            scores = np.bincount(
-                np.concatenate(rows_parts), weights=np.concatenate(weight_parts), minlength=segment.size
-            )
-            hits = np.flatnonzero(scores)
-            hits = hits[self._mask(segment, filters, load_fields)[hits]]
-            candidates.extend(_top(segment.seqs[hits], scores[hits], top_k))
+            if len(spans) == 1:
+                start, end, term_idf = spans[0]
+                hits = np.asarray(segment.indices[start:end], dtype=np.int64)
+                scores = (segment.weights[start:end] * term_idf).astype(np.float64)
+            else:
+                if segment.scratch is None:
+                    segment.scratch = np.zeros(segment.size, dtype=np.float64)
+                scratch = segment.scratch
+                parts = []
+                for start, end, term_idf in spans:
+                    rows = segment.indices[start:end]
+                    # A term's postings name each row once, so a fancy-indexed add accumulates correctly.
+                    scratch[rows] += segment.weights[start:end] * term_idf
+                    parts.append(rows)
+                hits = np.concatenate(parts).astype(np.int64, copy=False)
+                scores = scratch[hits]
+                scratch[hits] = 0.0
+            if filters or segment.dead:
+                keep = self._mask(segment, filters, load_fields)[hits]
+                hits, scores = hits[keep], scores[keep]
+            if len(spans) > 1 and len(hits):
+                # A row appears once per query term it holds: the best top_k x terms entries hold the top_k rows.
+                wanted = top_k * len(spans)
+                if len(scores) > wanted:
+                    best = np.argpartition(scores, len(scores) - wanted)[len(scores) - wanted :]
+                    hits, scores = hits[best], scores[best]
+                hits, first = np.unique(hits, return_index=True)
+                scores = scores[first]
+            candidates.extend(_top(segment.seqs[hits], scores, top_k))
         return sorted(candidates, key=lambda c: -c[1])[:top_k]
 
     def dense(
@@ -303,25 +412,33 @@ class SearchIndex:
             block = segment.dense.get(int(query.size))
             if block is None:
                 continue
-            usable = self._mask(segment, filters, load_fields)[block.positions]
+            mask = self._mask(segment, filters, load_fields)
+            usable = mask if len(block.positions) == segment.size else mask[block.positions]
             if not usable.any():
                 continue
-            rows = self._ann_rows(block, query, usable, top_k)
+            rows = self._ann_rows(segment, block, query, usable, top_k)
             if rows is None:
-                scores = block.matrix @ query
-                positions = block.positions[usable]
-                candidates.extend(_top(segment.seqs[positions], scores[usable], top_k))
+                picked = np.flatnonzero(usable)
+                # A selective filter reads only its rows; otherwise one product over the block is cheaper.
+                if 4 * len(picked) < len(block.positions):
+                    scores = block.matrix[picked] @ query
+                else:
+                    scores = (block.matrix @ query)[picked]
+                candidates.extend(_top(segment.seqs[block.positions[picked]], scores, top_k))
             else:
+                rows = np.sort(rows)  # ascending reads of a memory-mapped matrix
                 scores = block.matrix[rows] @ query
                 candidates.extend(_top(segment.seqs[block.positions[rows]], scores, top_k))
         return sorted(candidates, key=lambda c: -c[1])[:top_k]
 
-    def _ann_rows(self, block: DenseBlock, query: np.ndarray, usable: np.ndarray, top_k: int) -> np.ndarray | None:
+    def _ann_rows(
+        self, segment: Segment, block: DenseBlock, query: np.ndarray, usable: np.ndarray, top_k: int
+    ) -> np.ndarray | None:
         """Block rows holding the approximate top `top_k` among `usable` rows, or None to search exactly."""
         size = len(block.positions)
         if self.ann_min_chunks is None or size < max(self.ann_min_chunks, 1):
             return None
-        n_usable = int(usable.sum())
+        n_usable = int(np.count_nonzero(usable))
         fraction = n_usable / size
         if fraction < ANN_MIN_FRACTION:
             return None
@@ -329,12 +446,9 @@ class SearchIndex:
         index = self._ann_index(block)
         if index is None:  # still being built
             return None
-        index.set_ef(max(ANN_EF_SEARCH, fetch))
-        try:
-            labels, _ = index.knn_query(query[None, :], k=fetch, num_threads=1)
-        except RuntimeError:  # the graph could not return `fetch` results (tiny or degenerate blocks)
-            return None
-        rows = labels[0].astype(np.int64)
+        index.expansion_search = max(ANN_EF_SEARCH, fetch)
+        keys = np.asarray(index.search(query, fetch, threads=1).keys, dtype=np.int64)
+        rows = rows_of_seqs(segment, block, keys) if block.ann_by_seq else keys
         rows = rows[usable[rows]]
         if len(rows) < min(top_k, n_usable):
             return None
@@ -344,7 +458,7 @@ class SearchIndex:
         """The block's HNSW graph; None while a large block's graph is built in the background."""
         if block.ann is None:
             if len(block.positions) <= ANN_SYNC_BUILD_MAX:
-                block.ann = _build_hnsw(block.matrix)
+                block.ann = build_hnsw(block.matrix, threads=1)
             elif block.ann_builder is None:
                 block.ann_builder = threading.Thread(
                     target=_build_in_background, args=(block,), name="docqa-hnsw-build", daemon=True
@@ -368,11 +482,103 @@ class SearchIndex:
 
 
 class _Vocabulary(dict[str, int]):
-    """term -> id; a missing term gets the next id (C-speed lookups for known terms while indexing)."""
+    """term -> id; a missing term takes its base (snapshot) id, or else the next id (C-speed lookups for known
+    terms while indexing). Ids below `base_size` are the base vocabulary's, in its sorted order."""
+
+    def __init__(self, base: TermTable | None = None) -> None:
+        super().__init__()
+        self.base = base
+        self.base_size = len(base) if base is not None else 0
+        self.size = self.base_size
+        self.added: list[str] = []  # the terms of ids base_size, base_size + 1, ...
 
     def __missing__(self, term: str) -> int:
-        term_id = self[term] = len(self)
+        if self.base is not None:
+            found = self.base.find(term)
+            if found is not None:
+                self[term] = found
+                return found
+        term_id = self[term] = self.size
+        self.size += 1
+        self.added.append(term)
         return term_id
+
+    def lookup(self, term: str) -> int | None:
+        """The term's id, without adding it."""
+        found = self.get(term)
+        if found is None and self.base is not None:
+            found = self.base.find(term)
+        return found
+
+    def term(self, term_id: int) -> str:
+        if term_id < self.base_size:
+            assert self.base is not None
+            return self.base[term_id]
+        return self.added[term_id - self.base_size]
+
+
+def postings(
+    rows: np.ndarray, terms: np.ndarray, values: np.ndarray, n_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Column-major postings from (row, term, value) triples, summing repeated pairs.
+
+    :returns: (term id of each column, indptr, int32 rows, float32 values).
+    """
+    key = np.asarray(terms, dtype=np.int64) * max(n_rows, 1) + np.asarray(rows, dtype=np.int64)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    values = np.asarray(values, dtype=np.float32)[order]
+    del order
+    if len(key) > 1:
+        first = np.empty(len(key), dtype=bool)
+        first[0] = True
+        np.not_equal(key[1:], key[:-1], out=first[1:])
+        if not first.all():
+            starts = np.flatnonzero(first)
+            values = np.add.reduceat(values, starts)
+            key = key[starts]
+    column_terms = key // max(n_rows, 1)
+    columns, starts = np.unique(column_terms, return_index=True)
+    indptr = np.append(starts, len(key)).astype(np.int64)
+    return columns.astype(np.int64), indptr, (key % max(n_rows, 1)).astype(np.int32), values
+
+
+def alive_postings(segments: Sequence[Segment], alive: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """(row, term, tf) of the alive rows of `segments`, rows renumbered consecutively across them."""
+    rows_parts, term_parts, tf_parts = [], [], []
+    offset = 0
+    for segment, mask in zip(segments, alive, strict=True):
+        rows, terms, tf = segment.coo()
+        keep = mask[rows]
+        renumber = np.cumsum(mask, dtype=np.int64) - 1 + offset
+        rows_parts.append(renumber[rows[keep]])
+        term_parts.append(terms[keep])
+        tf_parts.append(tf[keep])
+        offset += int(np.count_nonzero(mask))
+    if not rows_parts:
+        return _EMPTY, _EMPTY, np.zeros(0, dtype=np.float32)
+    return np.concatenate(rows_parts), np.concatenate(term_parts), np.concatenate(tf_parts)
+
+
+def bm25_weights(
+    tf: np.ndarray, rows: np.ndarray, doc_len: np.ndarray, k1: float, b: float, avgdl: float
+) -> np.ndarray:
+    norm = k1 * (1.0 - b + b * np.asarray(doc_len) / max(avgdl, 1e-9))
+    tf = np.asarray(tf)
+    return (tf * (k1 + 1.0) / (tf + norm[rows])).astype(np.float32)
+
+
+def normalise_rows(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return (matrix / np.where(norms == 0, 1.0, norms)).astype(np.float32, copy=False)
+
+
+def rows_of_seqs(segment: Segment, block: DenseBlock, seqs: np.ndarray) -> np.ndarray:
+    """Block rows of the given sequence numbers (all present in the segment and the block)."""
+    positions = np.searchsorted(segment.seqs, seqs)
+    if len(block.positions) == segment.size:
+        return positions
+    return np.searchsorted(block.positions, positions)
 
 
 # Haystack's `==` also equates two ISO dates written differently, which a value lookup would miss.
@@ -395,9 +601,21 @@ def _equalities(filters: dict[str, Any]) -> list[tuple[str, list[str]]]:
     return [(path[1], values)]
 
 
-def _value_positions(segment: Segment, key: str) -> dict[str, np.ndarray]:
+def _only_equalities(filters: dict[str, Any]) -> bool:
+    """Whether the filter is nothing but such equalities (under ANDs): then the value index is the answer."""
+    if "field" not in filters and filters.get("operator") == "AND":
+        conditions = filters.get("conditions")
+        return (isinstance(conditions, list) and bool(conditions)
+                and all(isinstance(c, dict) and _only_equalities(c) for c in conditions))
+    return "field" in filters and bool(_equalities(filters))
+
+
+def _value_positions(segment: Segment, key: str) -> Mapping[str, np.ndarray]:
     index = segment.value_index.get(key)
     if index is None:
+        if segment.value_source is not None:
+            index = segment.value_index[key] = segment.value_source(key)
+            return index
         found: dict[str, list[int]] = {}
         for position, meta in enumerate(segment.metas):
             value = meta.get(key)
@@ -416,14 +634,16 @@ def _evaluate(segment: Segment, filters: dict[str, Any], load_fields: FieldLoade
     if equalities:
         # Only the positions holding every required value can match: the predicate runs on those alone, so a
         # per-patient filter costs the patient's records, not the whole segment's.
-        candidates: np.ndarray | None = None
+        mask = np.ones(segment.size, dtype=bool)
         for key, values in equalities:
             index = _value_positions(segment, key)
-            positions = np.unique(np.concatenate([index.get(v, np.zeros(0, dtype=np.int64)) for v in values]))
-            candidates = positions if candidates is None else np.intersect1d(candidates, positions,
-                                                                             assume_unique=True)
-        assert candidates is not None
-        mask = np.zeros(segment.size, dtype=bool)
+            holding = np.zeros(segment.size, dtype=bool)
+            for value in values:
+                holding[index.get(value, _EMPTY)] = True
+            mask &= holding
+        if _only_equalities(filters):
+            return mask
+        candidates = np.flatnonzero(mask)
         if len(candidates):
             picked = candidates.tolist()
             extras = load_fields(segment.seqs[candidates].tolist(), other_fields) if other_fields else None
@@ -439,19 +659,20 @@ def _evaluate(segment: Segment, filters: dict[str, Any], load_fields: FieldLoade
     return np.fromiter((predicate(r) for r in records), dtype=bool, count=segment.size)
 
 
-def _build_hnsw(matrix: np.ndarray) -> Any:
-    import hnswlib
+def build_hnsw(matrix: np.ndarray, keys: np.ndarray | None = None, threads: int = ANN_BUILD_THREADS) -> Any:
+    """An inner-product HNSW graph over `matrix` rows, keyed by `keys` (default: row numbers)."""
+    from usearch.index import Index
 
     size, dim = matrix.shape
-    index = hnswlib.Index(space="ip", dim=dim)
-    index.init_index(max_elements=size, M=ANN_M, ef_construction=ANN_EF_CONSTRUCTION, random_seed=100)
-    index.add_items(matrix, np.arange(size))
+    index = Index(ndim=dim, metric="ip", dtype="f32", connectivity=ANN_M, expansion_add=ANN_EF_CONSTRUCTION)
+    if size:
+        index.add(np.arange(size) if keys is None else keys, np.ascontiguousarray(matrix), threads=threads)
     return index
 
 
 def _build_in_background(block: DenseBlock) -> None:
     # The matrix is immutable; queries read `block.ann` only once the finished graph is assigned.
-    block.ann = _build_hnsw(block.matrix)
+    block.ann = build_hnsw(block.matrix)
 
 
 def _top(seqs: np.ndarray, scores: np.ndarray, top_k: int) -> list[tuple[int, float]]:
