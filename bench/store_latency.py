@@ -1,15 +1,26 @@
 """Query latency of the embedded store next to Haystack's InMemoryDocumentStore and bm25s, same corpus and queries.
 
 Corpus (per retrieval_anchors.md): multi-hop passages, ODSum story pieces of 120 words and ASQA knowledge
-snippets (~11k distinct texts), repeated with a " (copy k)" suffix to reach N. Queries: the 200 MuSiQue and
-HotpotQA questions. Top-10, one query at a time, one thread. Hybrid = BM25 + dense + RRF over 20 candidates
-each, with the query embedding computed beforehand (its cost is the same for every store and printed once).
-Document vectors are random unit vectors (384 dims, one per document, seeded per batch): exact search costs the
-same whatever the values, and embedding ~11k passages on a shared 2-core machine takes longer than the whole
-benchmark. Queries use real MiniLM embeddings. Documents are generated and written batch by batch, so a million
-chunks never exist as Documents at once; InMemory (which needs them all) is skipped above --inmemory-max.
-Dense search is exact below --ann-min-chunks chunks per index block and HNSW above; the first dense query pays
-the HNSW build. Prints figures; asserts nothing.
+snippets (~11k distinct texts), repeated with a " (copy k)" suffix and distinct ids to reach N. Queries: the 200
+MuSiQue and HotpotQA questions. Top-10, one query at a time, one thread. Hybrid = BM25 + dense + RRF over 20
+candidates each, with the query embedding computed beforehand (its cost is the same for every store and printed
+once). Document vectors are random unit float32 vectors (384 dims, seeded per batch): exact search costs the same
+whatever the values, and embedding ~11k passages on a shared 2-core machine takes longer than the whole benchmark.
+Queries use real MiniLM embeddings.
+
+The corpus is generated and written --batch Documents at a time, so at a million chunks neither Documents nor
+their vectors ever exist all at once (InMemory, which needs them all, is skipped above --inmemory-max). When the
+store offers a snapshot step (a `compact()` or `snapshot()` method: memory-mapped index segments), it runs after
+the writes and every figure says whether it was taken with or without a snapshot.
+
+This process is the first worker: it writes, catches up and times queries. Then a second worker is started as a
+new process (`--worker`): the time from its start until it answers its first query, its query figures, and its
+memory after the query set (VmRSS and RssAnon from /proc/<pid>/status, Pss from /proc/<pid>/smaps_rollup), to
+judge what one more worker costs. Last, write visibility: the first process writes one chunk at a time while the
+second polls a BM25 query for it; the figure is the time from the write's commit until the poll sees it.
+Dense search is exact below --ann-min-chunks chunks per index block and HNSW above; the first worker waits for
+its HNSW build before timing dense search, the second does not (it searches exactly while its graph builds).
+Prints figures; asserts nothing.
 
     python bench/store_latency.py --sizes 10000 100000 --inmemory-queries 20
     nice -n 10 python bench/store_latency.py --sizes 1000000 --skip-bm25s
@@ -27,11 +38,13 @@ import argparse
 import itertools
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from haystack import Document
@@ -40,16 +53,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a 
 
 from docqa.access import AccessScope
 from docqa.components.hybrid_retriever import reciprocal_rank_fusion
-from docqa.settings import Settings
 from docqa.stores.embedded import EmbeddedDocumentStore
 from docqa.stores.tokenizer import STOP_WORDS
-from docqa_eval.datasets import MULTIHOP_DATASETS, load_corpus, load_questions, shared_data_dir
 
 TOP_K = 10
 CANDIDATES = 20
+BATCH = 10_000
+VISIBILITY_WRITES = 20
+SNAPSHOT_METHODS = ("compact", "snapshot")
 
 
 def base_texts(data: Path) -> list[str]:
+    from docqa_eval.datasets import MULTIHOP_DATASETS, load_corpus
+
     texts = [d.content for ds in MULTIHOP_DATASETS for d in load_corpus(ds, data_dir=data)]
     for split in ("train", "dev", "test"):
         for line in (data / "longform" / "odsum_story" / f"{split}.jsonl").read_text().splitlines():
@@ -58,9 +74,6 @@ def base_texts(data: Path) -> list[str]:
     asqa = json.loads((data / "longform" / "asqa" / "asqa_dev.json").read_text())
     texts += [k["content"] for q in asqa for a in q["annotations"] for k in a["knowledge"]]
     return list(dict.fromkeys(t for t in texts if t and t.strip()))
-
-
-BATCH = 5000
 
 
 def random_unit_vectors(count: int, dim: int = 384, seed: int = 0) -> np.ndarray:
@@ -108,62 +121,232 @@ def timed(fn: Callable[[int], object], count: int) -> list[float]:
     return samples
 
 
-def bench_embedded(
-    batches: Iterator[list[Document]], queries, query_vectors, workdir: Path, ann_min_chunks: int | None
-) -> None:
-    store = EmbeddedDocumentStore(path=str(workdir / "documents.sqlite3"), ann_min_chunks=ann_min_chunks)
-    started = time.perf_counter()
-    for batch in batches:
-        store.write_documents(batch)
-    write_s = time.perf_counter() - started
-    started = time.perf_counter()
-    store.bm25_retrieval("warm up")
-    print(
-        f"  embedded     write {write_s:6.1f} s, index catch-up on first query {time.perf_counter() - started:5.1f} s"
-    )
-    # A second instance on the same file shows the cost a freshly started worker pays.
-    other = EmbeddedDocumentStore(path=store.path)
-    started = time.perf_counter()
-    other.bm25_retrieval("warm up")
-    print(f"  embedded     index load by a second instance {time.perf_counter() - started:5.1f} s")
-    other.close()
-    started = time.perf_counter()
-    store.embedding_retrieval(query_vectors[0].tolist(), top_k=TOP_K)
-    print(
-        f"  embedded     first dense query {time.perf_counter() - started:5.1f} s "
-        f"(HNSW from {store.ann_min_chunks} chunks per block)"
-    )
-    # Large blocks build their graph in the background (exact search meanwhile): wait, to time HNSW itself.
-    builders = [b.ann_builder for s in store._index.segments for b in s.dense.values() if b.ann_builder]
-    for builder in builders:
-        builder.join()
-    if builders:
-        print(f"  embedded     background HNSW build done {time.perf_counter() - started:5.1f} s after it")
-    print(
-        "  embedded     dense  ",
-        percentiles(timed(lambda i: store.embedding_retrieval(query_vectors[i].tolist(), top_k=TOP_K), len(queries))),
+def memory(pid: int) -> dict[str, int]:
+    """VmRSS, RssAnon, RssFile, RssShmem (status) and Pss, Pss_Anon, Pss_File (smaps_rollup) of a process, in kB."""
+    found: dict[str, int] = {}
+    for name, keys in (
+        ("status", ("VmRSS", "RssAnon", "RssFile", "RssShmem")),
+        ("smaps_rollup", ("Pss", "Pss_Anon", "Pss_File")),
+    ):
+        for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in keys:
+                found[key] = int(value.split()[0])
+    return found
+
+
+def memory_line(pid: int) -> str:
+    m = memory(pid)
+    mb = {k: v / 1024 for k, v in m.items()}
+    return (
+        f"RSS {mb['VmRSS']:7.0f} MB  RssAnon (private) {mb['RssAnon']:7.0f} MB  RssFile {mb['RssFile']:6.0f} MB  "
+        f"PSS {mb['Pss']:7.0f} MB (anon {mb.get('Pss_Anon', 0):.0f}, file {mb.get('Pss_File', 0):.0f})"
     )
 
+
+def snapshot_step(store: EmbeddedDocumentStore) -> str | None:
+    """Run the store's snapshot step if it has one; the method's name, or None."""
+    for name in SNAPSHOT_METHODS:
+        method = getattr(store, name, None)
+        if callable(method):
+            started = time.perf_counter()
+            method()
+            print(f"  embedded     snapshot step store.{name}() {time.perf_counter() - started:6.1f} s", flush=True)
+            return name
+    return None
+
+
+def ann_state(store: EmbeddedDocumentStore) -> str:
+    # Internals of this store version; a later layout may not expose them, which only drops the remark.
+    try:
+        blocks = [b for s in store._index.segments for b in s.dense.values()]
+    except AttributeError:
+        return "dense path unknown"
+    if not blocks or all(b.ann is None and b.ann_builder is None for b in blocks):
+        return "exact"
+    if all(b.ann is not None for b in blocks if b.ann_builder is not None or b.ann is not None):
+        return "HNSW"
+    return "exact while its HNSW graph builds"
+
+
+def query_set(store: EmbeddedDocumentStore, queries: list[str], query_vectors: np.ndarray) -> dict[str, list[float]]:
     def hybrid(i: int) -> None:
         keyword = store.bm25_retrieval(queries[i], top_k=CANDIDATES)
         dense = store.embedding_retrieval(query_vectors[i].tolist(), top_k=CANDIDATES)
         reciprocal_rank_fusion([keyword, dense], rrf_k=60, top_k=TOP_K)
 
-    print(
-        "  embedded     BM25   ",
-        percentiles(timed(lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K), len(queries))),
-    )
-    print("  embedded     hybrid ", percentiles(timed(hybrid, len(queries))))
+    count = len(queries)
+    return {
+        "BM25": timed(lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K), count),
+        "dense": timed(lambda i: store.embedding_retrieval(query_vectors[i].tolist(), top_k=TOP_K), count),
+        "hybrid": timed(hybrid, count),
+    }
+
+
+# ---- reader workers (new processes) -----------------------------------------------------------------------------
+
+
+def worker(store_path: str, queries_file: str, ann_min_chunks: int | None, wait_ann: bool) -> None:
+    """A reader process: open the store, answer one query, run the query set, then serve commands from stdin
+    ("watch TOKEN": poll a BM25 query until the token is found; "exit")."""
+
+    def say(**event: Any) -> None:
+        print(json.dumps(event), flush=True)
+
+    spec = json.loads(Path(queries_file).read_text())
+    queries, query_vectors = spec["queries"], np.asarray(spec["vectors"], dtype=np.float32)
+    before = memory(os.getpid())
+    started = time.perf_counter()
+    store = EmbeddedDocumentStore(path=store_path, ann_min_chunks=ann_min_chunks)
+    store.bm25_retrieval(queries[0], top_k=TOP_K)
+    say(event="first_query", seconds=time.perf_counter() - started, memory_before=before)
+    started = time.perf_counter()
+    store.embedding_retrieval(query_vectors[0].tolist(), top_k=TOP_K)
+    first_dense = time.perf_counter() - started
+    # Large blocks build their graph in the background (exact search meanwhile): wait, to time HNSW itself.
+    builders = [b.ann_builder for s in getattr(store._index, "segments", []) for b in s.dense.values() if b.ann_builder]
+    if wait_ann:
+        for builder in builders:
+            builder.join()
+    waited = time.perf_counter() - started if wait_ann and builders else None
+    samples = query_set(store, queries, query_vectors)
     access = AccessScope(tenant="bench", principals=frozenset({"group-1"})).to_filters()
     store.bm25_retrieval("warm up", filters=access)
-    print(
-        "  embedded     BM25 + tenant/access filter (cached mask)",
-        percentiles(timed(lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K, filters=access), len(queries))),
+    samples["BM25 + tenant/access filter (cached mask)"] = timed(
+        lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K, filters=access), len(queries)
     )
+    say(event="queries", samples=samples, dense_path=ann_state(store), first_dense=first_dense, ann_wait=waited)
+    for line in sys.stdin:
+        command, _, token = line.strip().partition(" ")
+        if command != "watch":
+            break
+        say(event="ready")
+        polls = 0
+        while not store.bm25_retrieval(token, top_k=1):
+            polls += 1
+            time.sleep(0.001)
+        say(event="seen", at=time.time(), polls=polls)
     store.close()
 
 
-def bench_inmemory(docs, queries, query_vectors, count: int) -> None:
+class WorkerProcess:
+    def __init__(self, store_path: str, queries_file: Path, ann_min_chunks: int | None, wait_ann: bool) -> None:
+        command = [sys.executable, __file__, "--worker", store_path, "--queries-file", str(queries_file)]
+        if ann_min_chunks is not None:
+            command += ["--ann-min-chunks", str(ann_min_chunks)]
+        if wait_ann:
+            command.append("--wait-ann")
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def expect(self, event: str) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"a worker exited (code {self.process.wait()}) before '{event}'")
+        message = json.loads(line)
+        if message.get("event") != event:
+            raise RuntimeError(f"a worker said {message}, expected '{event}'")
+        return message
+
+    def send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.send("exit")
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def run_worker(name: str, worker_process: WorkerProcess, label: str) -> None:
+    """Print a worker's open time, query figures and memory (after the query set, and what the store added)."""
+    first = worker_process.expect("first_query")
+    spawn_s = time.perf_counter() - worker_process.started
+    print(
+        f"  {label} {name}: open + first BM25 query {first['seconds']:6.2f} s "
+        f"({spawn_s:6.2f} s from process start, interpreter and imports included)",
+        flush=True,
+    )
+    done = worker_process.expect("queries")
+    print(f"  {label} {name}: first dense query {done['first_dense']:6.2f} s", end="")
+    print(f", HNSW build waited for {done['ann_wait']:6.1f} s" if done["ann_wait"] is not None else "")
+    for kind, samples in done["samples"].items():
+        dense = f"[{done['dense_path']} dense]" if kind in ("dense", "hybrid") else ""
+        print(f"  {label} {name}: {kind:6} top-{TOP_K}", percentiles(samples), dense)
+    pid = worker_process.process.pid
+    print(f"  {label} {name}: memory after the query set: {memory_line(pid)}")
+    before, after = first["memory_before"], memory(pid)
+    print(
+        f"  {label} {name}: added by the store (after the query set - before opening it; imports excluded): "
+        f"RSS {(after['VmRSS'] - before['VmRSS']) / 1024:7.0f} MB  "
+        f"RssAnon {(after['RssAnon'] - before['RssAnon']) / 1024:7.0f} MB  "
+        f"PSS {(after['Pss'] - before['Pss']) / 1024:7.0f} MB",
+        flush=True,
+    )
+
+
+def write_visibility(store: EmbeddedDocumentStore, reader: WorkerProcess, label: str) -> None:
+    after_commit, after_start = [], []
+    for k in range(VISIBILITY_WRITES):
+        token = f"visibilityprobe{k}x{os.getpid()}"
+        reader.send(f"watch {token}")
+        reader.expect("ready")
+        time.sleep(0.05)  # let the poller settle into its loop
+        meta = {"tenant": "bench", "access": ["everyone"]}
+        started = time.time()
+        store.write_documents([Document(id=f"probe-{k}", content=f"{token} written by process A", meta=meta)])
+        committed = time.time()
+        seen = reader.expect("seen")["at"]
+        after_commit.append(max(0.0, seen - committed))
+        after_start.append(seen - started)
+    print(f"  {label} write in A -> visible to B's polling BM25 query, from commit     ", percentiles(after_commit))
+    print(f"  {label} write in A -> visible to B's polling BM25 query, from write start", percentiles(after_start))
+
+
+def bench_embedded(
+    batches: Iterator[list[Document]],
+    queries: list[str],
+    query_vectors: np.ndarray,
+    workdir: Path,
+    ann_min_chunks: int | None,
+) -> None:
+    # This process only writes (writes never build the search index); the readers are worker processes.
+    store = EmbeddedDocumentStore(path=str(workdir / "documents.sqlite3"), ann_min_chunks=ann_min_chunks)
+    started = time.perf_counter()
+    written = 0
+    for batch in batches:
+        written += store.write_documents(batch)
+    print(f"  embedded     write {written} chunks {time.perf_counter() - started:6.1f} s", flush=True)
+    snapshot = snapshot_step(store)
+    label = f"embedded [{'snapshot: store.' + snapshot + '()' if snapshot else 'no snapshot'}]"
+    queries_file = workdir / "queries.json"
+    queries_file.write_text(json.dumps({"queries": queries, "vectors": query_vectors.tolist()}))
+    first = WorkerProcess(store.path, queries_file, ann_min_chunks, wait_ann=True)
+    second = None
+    try:
+        run_worker("first worker", first, label)
+        if not snapshot:
+            # Without a snapshot nothing is shared between workers (each holds a private index), so the second
+            # worker's figures do not depend on the first still running: stop it, to bound the machine's memory.
+            first.stop()
+            print(f"  {label} first worker stopped before the second starts (no shared pages to measure)")
+        second = WorkerProcess(store.path, queries_file, ann_min_chunks, wait_ann=False)
+        run_worker("second worker", second, label)
+        write_visibility(store, second, label)
+    finally:
+        for worker_process in (first, second):
+            if worker_process is not None:
+                worker_process.stop()
+    store.close()
+
+
+def bench_inmemory(docs: list[Document], queries: list[str], query_vectors: np.ndarray, count: int) -> None:
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 
     store = InMemoryDocumentStore(embedding_similarity_function="dot_product", shared=False)
@@ -180,7 +363,7 @@ def bench_inmemory(docs, queries, query_vectors, count: int) -> None:
     print("  InMemory     hybrid ", percentiles(timed(hybrid, count)))
 
 
-def bench_bm25s(texts: list[str], n: int, queries) -> None:
+def bench_bm25s(texts: list[str], n: int, queries: list[str]) -> None:
     import bm25s
 
     started = time.perf_counter()
@@ -199,13 +382,24 @@ def bench_bm25s(texts: list[str], n: int, queries) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--batch", type=int, default=BATCH, help="Documents generated and written at a time")
     parser.add_argument("--inmemory-queries", type=int, default=20, help="InMemory is slow: fewer queries")
     parser.add_argument("--inmemory-max", type=int, default=200_000, help="skip InMemory above this size")
     parser.add_argument("--skip-bm25s", action="store_true")
     parser.add_argument(
         "--ann-min-chunks", type=int, default=None, help="HNSW from this block size (default: the store's)"
     )
+    parser.add_argument("--workdir", type=Path, default=None, help="where the store is written (default: a temp dir)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--queries-file", help=argparse.SUPPRESS)
+    parser.add_argument("--wait-ann", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.queries_file, args.ann_min_chunks, args.wait_ann)
+        return
+    from docqa.settings import Settings
+    from docqa_eval.datasets import MULTIHOP_DATASETS, load_questions, shared_data_dir
+
     data = shared_data_dir()
     if not (data / "multihop").is_dir():
         sys.exit(f"shared data not found at {data}; nothing to measure")
@@ -223,8 +417,10 @@ def main() -> None:
     print("query embedding (MiniLM, one query)", percentiles(timed(lambda i: text_embedder.run(text=queries[i]), 50)))
     for n in args.sizes:
         print(f"N = {n}  (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)", flush=True)
-        with tempfile.TemporaryDirectory() as workdir:
-            bench_embedded(corpus_batches(texts, n), queries, query_vectors, Path(workdir), args.ann_min_chunks)
+        with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
+            bench_embedded(
+                corpus_batches(texts, n, args.batch), queries, query_vectors, Path(workdir), args.ann_min_chunks
+            )
         if not args.skip_bm25s:
             bench_bm25s(texts, n, queries)
         if n <= args.inmemory_max:
