@@ -14,6 +14,15 @@ index. `torch` and `onnx` share one space (the export is verified to agree withi
 A store written before spaces were recorded takes the space of its next embedded write; emptying the store
 (`delete_all_documents`) forgets it.
 
+Index snapshots (`docqa.stores.snapshot`) let a new process skip rebuilding its index: the index is written
+as an immutable, memory-mapped generation beside the SQLite file (`<file>.index/`), and a process opening the
+store maps it and catches up from SQLite only for what came after it (a small in-memory delta). Every process
+shares the mapped pages. A snapshot is written by one process at a time (file lock): automatically, in a
+background thread, once a process's delta (rows indexed in memory plus rows deleted from the snapshot) reaches
+`snapshot_rows`; explicitly with `compact()` (`docqa store compact`). Other processes switch to a new
+generation within a second of its manifest appearing. BM25 scores of snapshot rows use the snapshot's
+average document length (Lucene's per-segment statistics; see `search_index`).
+
 Usage:
     store = EmbeddedDocumentStore(path="/var/lib/docqa/store/documents.sqlite3")
     store.write_documents([Document(content="Paris is the capital of France", meta={"tenant": "t"})])
@@ -24,9 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -40,7 +51,7 @@ from haystack.document_stores.types import DuplicatePolicy
 from haystack.utils import expit
 
 from docqa.errors import DocqaError
-from docqa.stores import metadata
+from docqa.stores import metadata, snapshot
 from docqa.stores.filters import compile_filters
 from docqa.stores.search_index import IndexedRow, SearchIndex
 
@@ -51,6 +62,11 @@ _BATCH = 500
 # Dense search is approximate (HNSW) in index blocks of at least this many embeddings, unless the store is given
 # another threshold (the factory passes DOCQA_ANN_MIN_CHUNKS).
 DEFAULT_ANN_MIN_CHUNKS = 100_000
+# A process writes a new index snapshot once this many rows are indexed in its memory or deleted from the
+# snapshot, unless the store is given another threshold (None: only `compact()` writes snapshots).
+DEFAULT_SNAPSHOT_ROWS = 50_000
+# How often a process looks for a newer snapshot generation written by another process.
+MANIFEST_CHECK_SECONDS = 1.0
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS documents (
@@ -95,6 +111,10 @@ class EmbeddedDocumentStore:
         embeddings (filters still exact; see `search_index`); None means `DEFAULT_ANN_MIN_CHUNKS`.
     :param embedding_space: identity of the configured embedder (`docqa.embedding.embedding_space`); None
         records and checks nothing.
+    :param snapshot_rows: write an index snapshot once this many rows are pending (indexed in memory, or
+        deleted from the current snapshot); None writes snapshots only through `compact()`.
+    :param snapshot_in_background: write automatic snapshots in a background thread (else before the query
+        that found the threshold reached returns).
     """
 
     def __init__(
@@ -105,6 +125,8 @@ class EmbeddedDocumentStore:
         bm25_b: float = 0.75,
         embedding_space: str | None = None,
         ann_min_chunks: int | None = None,
+        snapshot_rows: int | None = DEFAULT_SNAPSHOT_ROWS,
+        snapshot_in_background: bool = True,
     ) -> None:
         if not path:
             raise ValueError("EmbeddedDocumentStore needs a file path")
@@ -120,6 +142,12 @@ class EmbeddedDocumentStore:
         self.ann_min_chunks = DEFAULT_ANN_MIN_CHUNKS if ann_min_chunks is None else ann_min_chunks
         if self.ann_min_chunks < 0:
             raise ValueError("ann_min_chunks must be >= 0")
+        if snapshot_rows is not None and snapshot_rows < 1:
+            raise ValueError("snapshot_rows must be at least 1 (or None)")
+        self.snapshot_rows = snapshot_rows
+        self.snapshot_in_background = snapshot_in_background
+        self._snapshot_dir = snapshot.snapshot_dir(self.path)
+        self._compactor: threading.Thread | None = None
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
@@ -136,6 +164,8 @@ class EmbeddedDocumentStore:
             bm25_b=self.bm25_b,
             embedding_space=self.embedding_space,
             ann_min_chunks=self.ann_min_chunks,
+            snapshot_rows=self.snapshot_rows,
+            snapshot_in_background=self.snapshot_in_background,
         )
 
     @classmethod
@@ -171,19 +201,47 @@ class EmbeddedDocumentStore:
         self._max_log = 0
         self._data_version = -1
         self._dirty = True
+        self._generation: str | None = None
+        self._manifest_checked = 0.0
+        self._manifest_stamp: tuple[int, int] | None = None
 
-    def _new_index(self) -> SearchIndex:
+    def _new_index(self, base: snapshot.LoadedSnapshot | None = None) -> SearchIndex:
         return SearchIndex(
             k1=self.bm25_k1,
             b=self.bm25_b,
             similarity=self.embedding_similarity_function,
             ann_min_chunks=self.ann_min_chunks,
+            base=base.segment if base else None,
+            base_terms=base.terms if base else None,
         )
+
+    def _newer_generation(self) -> bool:
+        """Whether another process has published a snapshot generation this index does not start from (checked
+        at most once per `MANIFEST_CHECK_SECONDS`, by the manifest file's identity)."""
+        now = time.monotonic()
+        if now - self._manifest_checked < MANIFEST_CHECK_SECONDS:
+            return False
+        self._manifest_checked = now
+        try:
+            stat = os.stat(self._snapshot_dir / snapshot.MANIFEST)
+        except FileNotFoundError:
+            return False
+        stamp = (stat.st_ino, stat.st_mtime_ns)
+        if stamp == self._manifest_stamp:
+            return False
+        self._manifest_stamp = stamp
+        manifest = snapshot.read_manifest(self._snapshot_dir)
+        if not manifest or manifest.get("epoch") != self._epoch:
+            return False
+        return manifest.get("generation") != self._generation
 
     def _refresh(self) -> SearchIndex:
         """Bring the index up to date with everything committed so far (cheap when nothing changed)."""
         conn = self._connection()
         version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if self._newer_generation():
+            self._epoch = -1  # start again from the new generation (catch-up maps it)
+            self._dirty = True
         if self._dirty or version != self._data_version:
             if conn.in_transaction:
                 self._catch_up(conn)
@@ -195,16 +253,28 @@ class EmbeddedDocumentStore:
                     conn.execute("COMMIT")
             self._data_version = version
             self._dirty = False
+            self._maybe_snapshot()
         return self._index
 
     def _catch_up(self, conn: sqlite3.Connection) -> None:
         epoch = conn.execute("SELECT value FROM store_info WHERE key = 'epoch'").fetchone()[0]
+        loaded = None
         if epoch != self._epoch:
+            loaded = snapshot.load_snapshot(
+                self._snapshot_dir, epoch=epoch, k1=self.bm25_k1, b=self.bm25_b,
+                similarity=self.embedding_similarity_function,
+            )
+        if epoch != self._epoch and loaded is None:
             self._index = self._new_index()
-            self._epoch, self._max_seq = epoch, 0
+            self._epoch, self._max_seq, self._generation = epoch, 0, None
             self._max_log = conn.execute("SELECT COALESCE(MAX(log_seq), 0) FROM deletions").fetchone()[0]
             deleted: list[int] = []
         else:
+            if loaded is not None:
+                # Rows up to the snapshot's max_seq are in it; later rows and deletions come from SQLite.
+                self._index = self._new_index(loaded)
+                self._epoch, self._generation = epoch, loaded.generation
+                self._max_seq, self._max_log = loaded.max_seq, loaded.max_log
             log = conn.execute(
                 "SELECT log_seq, doc_seq FROM deletions WHERE log_seq > ? ORDER BY log_seq", (self._max_log,)
             ).fetchall()
@@ -239,6 +309,78 @@ class EmbeddedDocumentStore:
                 # This connection's own commits do not change its data_version: force the next catch-up.
                 self._dirty = True
             conn.execute("COMMIT")
+
+    # ---- snapshots -----------------------------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        if self.snapshot_rows is None or self._index.pending_changes < self.snapshot_rows:
+            return
+        if self._compactor is not None and self._compactor.is_alive():
+            return
+        if not self.snapshot_in_background:
+            self.compact(wait=False)
+            return
+        self._compactor = threading.Thread(
+            target=self._compact_quietly, name="docqa-index-snapshot", daemon=True
+        )
+        self._compactor.start()
+
+    def _compact_quietly(self) -> None:
+        try:
+            self.compact(wait=False)
+        except Exception:  # a failed snapshot costs only speed: SQLite holds every document
+            logging.getLogger(__name__).warning("writing an index snapshot of %s failed", self.path, exc_info=True)
+
+    def compact(self, wait: bool = True) -> str | None:
+        """Write an index snapshot of everything committed so far, unless the current one is up to date.
+
+        One process writes at a time: with `wait`, wait for another writer to finish (and then write only if
+        its snapshot left something out); without, return None at once when another process is writing.
+
+        :returns: the name of the generation now current, or None when none was written.
+        """
+        from filelock import FileLock, Timeout
+
+        self._snapshot_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self._snapshot_dir / snapshot.LOCK))
+        try:
+            lock.acquire(timeout=-1 if wait else 0)
+        except Timeout:
+            return None
+        try:
+            with self._lock:
+                # Another process may have written a generation meanwhile: start from it.
+                self._manifest_checked = 0.0
+                index = self._refresh_without_snapshot()
+                if not index.pending_changes and self._generation is not None:
+                    return self._generation
+                state = snapshot.SnapshotState(
+                    segments=list(index.segments),
+                    alive=[s.alive.copy() for s in index.segments],
+                    term=index.vocab.term,
+                    vocab_size=index.vocab.size,
+                    k1=self.bm25_k1,
+                    b=self.bm25_b,
+                    similarity=self.embedding_similarity_function,
+                    epoch=self._epoch,
+                    max_seq=self._max_seq,
+                    max_log=self._max_log,
+                    ann_min_chunks=self.ann_min_chunks,
+                    base_generation=self._snapshot_dir / self._generation if self._generation else None,
+                )
+            name = snapshot.write_snapshot(self._snapshot_dir, state)
+        finally:
+            lock.release()
+        with self._lock:
+            self._manifest_checked = 0.0  # switch to the new generation on the next query
+        return name
+
+    def _refresh_without_snapshot(self) -> SearchIndex:
+        rows, self.snapshot_rows = self.snapshot_rows, None
+        try:
+            return self._refresh()
+        finally:
+            self.snapshot_rows = rows
 
     def close(self) -> None:
         with self._lock:
