@@ -345,6 +345,7 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
         ("docqa.ingestion.cli", "add_ingest_commands"),
         ("docqa.evaluation.cli", "add_eval_commands"),
         ("docqa.store_copy", "add_store_commands"),
+        ("docqa.store_commands", "add_snapshot_commands"),
     )
     import importlib
 
