@@ -171,3 +171,27 @@ def test_options_by_strategy_and_shared():
     for bad in ("contregen.max_llm_calls", ".x=1", "atrag.top_k=3"):
         with pytest.raises(DocqaError, match="--option"):
             parse_options([bad], ["contregen"])
+
+
+def test_a_synthea_csv_export_is_read_with_its_own_columns(tmp_path: Path):
+    export = tmp_path / "csv"
+    export.mkdir()
+    (export / "patients.csv").write_text("Id,BIRTHDATE\np2,1950-05-05\n")
+    (export / "encounters.csv").write_text("Id,START,PATIENT,CODE\n"
+                                           "v1,2018-01-01T08:00:00Z,p2,185349003\nv2,2019-02-01T08:00:00Z,p2,185349003\n")
+    (export / "medications.csv").write_text("START,PATIENT,ENCOUNTER,CODE\n2018-01-01T08:00:00Z,p2,v1,310798\n")
+    (export / "observations.csv").write_text(
+        "DATE,PATIENT,ENCOUNTER,CATEGORY,CODE,VALUE,UNITS,TYPE\n"
+        "2019-02-01T08:00:00Z,p2,v2,laboratory,2339-0,130,mg/dL,numeric\n"   # abnormal
+        "2019-02-01T08:00:00Z,p2,v2,laboratory,2339-0,90,mg/dL,numeric\n"    # normal
+        "2019-02-01T08:00:00Z,p2,v2,,QALY,40,a,numeric\n")                   # a simulation figure: skipped
+    records = source_records(tmp_path)
+    assert record_sources(tmp_path) == [("csv", export)]
+    assert sorted(r.record_type for r in records) == ["encounter", "encounter", "lab_result", "lab_result",
+                                                      "medication"]
+    assert _select(records, record_type="lab_result", abnormal=True) == [("lab_result", "2019-02-01 08:00")]
+    assert _select(records, record_type="medication", within="P1Y") == []  # 2018-01-01 is before 2018-03-02
+    assert _select(records, last_visit=True) == [("encounter", "2019-02-01 08:00"), ("lab_result", "2019-02-01 08:00"),
+                                                 ("lab_result", "2019-02-01 08:00")]
+    (medication,) = [r for r in records if r.record_type == "medication"]
+    assert medication.key == ("p2", "medication", "2018-01-01T08:00:00Z", "310798", "v1")
