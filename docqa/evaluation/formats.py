@@ -112,8 +112,9 @@ def question_fields(layout: str, raw: Any, where: str) -> list[dict[str, Any]]:
         supporting = [passage_id("musique", p["title"], p["paragraph_text"]) for p in paragraphs
                       if isinstance(p, dict) and p.get("is_supporting") and "title" in p and "paragraph_text" in p]
         answers = [_text(raw.get("answer"), where, "answer"), *[str(a) for a in raw.get("answer_aliases") or []]]
+        titles = [p["title"] for p in paragraphs if isinstance(p, dict) and p.get("is_supporting") and "title" in p]
         return [{"id": raw.get("id"), "question": raw.get("question"), "golden_answers": answers,
-                 "supporting": list(dict.fromkeys(supporting))}]
+                 "supporting": list(dict.fromkeys(supporting)), "supporting_titles": list(dict.fromkeys(titles))}]
     raise DocqaError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
 
 
