@@ -1,10 +1,10 @@
 """Evaluate registered pipelines side by side on the shared MuSiQue and HotpotQA samples (`docqa eval` underneath).
 
-For each dataset: its corpus passages are written once, unchunked and embedded, into the store under
-`--data-dir` (ids from `docqa_eval.datasets`, so supporting-passage recall is checked against the gold ids; later
-runs reuse them); its questions are written as a FlashRAG-style JSONL into `--out/<dataset>/questions.jsonl`; then
-`docqa.evaluation` runs them (each restricted to its own dataset's passages) and writes results.jsonl,
-summary.csv, report.md, plots and report.html into `--out/<dataset>/`. The table printed per dataset is
+For each dataset: its corpus passages are read by `docqa.evaluation.corpus` and written once, unchunked and
+embedded, into the store under `--data-dir` (the ids its questions' supporting ids name; later runs reuse them);
+its questions are read by `docqa.evaluation.datasets` in their published layout; then `docqa.evaluation` runs
+them (each restricted to its own dataset's passages) and writes results.jsonl, summary.csv, report.md, plots and
+report.html into `--out/<dataset>/`. The table printed per dataset is
 summary.csv's; stop reasons, compression (words retrieved vs words given to the generator) and wall p50/p95
 included.
 
@@ -21,12 +21,10 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
 
@@ -49,34 +47,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def ensure_corpus(runtime: Any, dataset: str, shared_data: Path) -> int:
-    """Write the dataset's passages (embedded) into the store unless already there; returns the count written."""
-    from haystack.document_stores.types import DuplicatePolicy
-
-    from docqa_eval.datasets import load_corpus
-
-    corpus = load_corpus(dataset, tenant=TENANT, access=["everyone"], data_dir=shared_data)
-    store = runtime.document_store
-    present = {d.id for d in store.filter_documents({"field": "meta.dataset", "operator": "==", "value": dataset})}
-    missing = [d for d in corpus if d.id not in present]
-    if missing:
-        embedder = runtime.document_embedder()
-        embedder.warm_up()
-        store.write_documents(embedder.run(documents=missing)["documents"], policy=DuplicatePolicy.OVERWRITE)
-    return len(missing)
-
-
-def write_questions(dataset: str, shared_data: Path, path: Path) -> Path:
-    """The sample's questions as FlashRAG-style JSONL (`id`, `question`, `golden_answers`, `supporting`)."""
-    from docqa_eval.datasets import load_questions
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"id": q.id, "question": q.question, "golden_answers": list(q.answers),
-                         "supporting": list(q.supporting_ids)}) for q in load_questions(dataset, shared_data)]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
@@ -90,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
 
     from docqa.access import AccessScope
+    from docqa.evaluation.corpus import read_corpus, write_missing
     from docqa.evaluation.datasets import load_dataset
     from docqa.evaluation.report import markdown_table, write_reports
     from docqa.evaluation.runner import run_evaluation
@@ -105,10 +76,12 @@ def main(argv: list[str] | None = None) -> int:
           f"rrf_k {settings.rrf_k}; llm_max_tokens {settings.llm_max_tokens}; limit {args.limit}", flush=True)
     for dataset in (d.strip() for d in args.datasets.split(",") if d.strip()):
         started = time.perf_counter()
-        written = ensure_corpus(runtime, dataset, shared_data)
+        folder = shared_data / "multihop"
+        written = write_missing(runtime, read_corpus(folder / f"{dataset}_train_corpus.json", tenant=TENANT,
+                                                     access=["everyone"]))
         print(f"corpus {dataset}: {written} passages written in {time.perf_counter() - started:.1f} s", flush=True)
         out = args.out / dataset
-        questions = load_dataset(write_questions(dataset, shared_data, out / "questions.jsonl"))[: args.limit]
+        questions = load_dataset(folder / f"{dataset}_train.json")[: args.limit]
         started = time.perf_counter()
         records = run_evaluation(
             runtime, questions, names, out, scope=AccessScope(TENANT, frozenset({PRINCIPAL})),
