@@ -11,7 +11,8 @@ Queries use real MiniLM embeddings.
 The corpus is generated and written --batch Documents at a time, so at a million chunks neither Documents nor
 their vectors ever exist all at once (InMemory, which needs them all, is skipped above --inmemory-max). When the
 store offers a snapshot step (a `compact()` or `snapshot()` method: memory-mapped index segments), it runs after
-the writes and every figure says whether it was taken with or without a snapshot.
+the writes (and every --compact-every chunks, which bounds the writing process's memory: each step indexes only
+what came after the previous snapshot), and every figure says whether it was taken with or without a snapshot.
 
 This process is the first worker: it writes, catches up and times queries. Then a second worker is started as a
 new process (`--worker`): the time from its start until it answers its first query, its query figures, and its
@@ -23,7 +24,7 @@ its HNSW build before timing dense search, the second does not (it searches exac
 Prints figures; asserts nothing.
 
     python bench/store_latency.py --sizes 10000 100000 --inmemory-queries 20
-    nice -n 10 python bench/store_latency.py --sizes 1000000 --skip-bm25s
+    nice -n 10 python bench/store_latency.py --sizes 1000000 --skip-bm25s --compact-every 200000
 """
 
 from __future__ import annotations
@@ -144,15 +145,12 @@ def memory_line(pid: int) -> str:
     )
 
 
-def snapshot_step(store: EmbeddedDocumentStore) -> str | None:
-    """Run the store's snapshot step if it has one; the method's name, or None."""
+def snapshot_method(store: EmbeddedDocumentStore) -> Callable[[], object] | None:
+    """The store's snapshot step (memory-mapped index segments), when this version of the store has one."""
     for name in SNAPSHOT_METHODS:
         method = getattr(store, name, None)
         if callable(method):
-            started = time.perf_counter()
-            method()
-            print(f"  embedded     snapshot step store.{name}() {time.perf_counter() - started:6.1f} s", flush=True)
-            return name
+            return method
     return None
 
 
@@ -309,22 +307,48 @@ def write_visibility(store: EmbeddedDocumentStore, reader: WorkerProcess, label:
     print(f"  {label} write in A -> visible to B's polling BM25 query, from write start", percentiles(after_start))
 
 
+def take_snapshot(store: EmbeddedDocumentStore, snapshot: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    snapshot()
+    # The snapshot step indexed the new rows in this process: drop that index, this process only writes.
+    store.close()
+    return time.perf_counter() - started
+
+
 def bench_embedded(
     batches: Iterator[list[Document]],
     queries: list[str],
     query_vectors: np.ndarray,
     workdir: Path,
     ann_min_chunks: int | None,
+    compact_every: int | None = None,
 ) -> None:
     # This process only writes (writes never build the search index); the readers are worker processes.
     store = EmbeddedDocumentStore(path=str(workdir / "documents.sqlite3"), ann_min_chunks=ann_min_chunks)
-    started = time.perf_counter()
-    written = 0
+    snapshot = snapshot_method(store)
+    write_s = snapshot_s = last_snapshot_s = 0.0
+    written = since_snapshot = 0
     for batch in batches:
+        started = time.perf_counter()
         written += store.write_documents(batch)
-    print(f"  embedded     write {written} chunks {time.perf_counter() - started:6.1f} s", flush=True)
-    snapshot = snapshot_step(store)
-    label = f"embedded [{'snapshot: store.' + snapshot + '()' if snapshot else 'no snapshot'}]"
+        write_s += time.perf_counter() - started
+        since_snapshot += len(batch)
+        if snapshot and (since_snapshot >= (compact_every or 0) > 0):
+            last_snapshot_s = take_snapshot(store, snapshot)
+            snapshot_s += last_snapshot_s
+            since_snapshot = 0
+    print(f"  embedded     write {written} chunks {write_s:6.1f} s", flush=True)
+    if snapshot and since_snapshot:
+        last_snapshot_s = take_snapshot(store, snapshot)
+        snapshot_s += last_snapshot_s
+    if snapshot:
+        every = f"every {compact_every} chunks and at the end" if compact_every else "once, after the writes"
+        print(
+            f"  embedded     snapshot step store.{snapshot.__name__}() {every}: {snapshot_s:6.1f} s in all, "
+            f"the last {last_snapshot_s:6.1f} s",
+            flush=True,
+        )
+    label = f"embedded [{'snapshot: store.' + snapshot.__name__ + '()' if snapshot else 'no snapshot'}]"
     queries_file = workdir / "queries.json"
     queries_file.write_text(json.dumps({"queries": queries, "vectors": query_vectors.tolist()}))
     first = WorkerProcess(store.path, queries_file, ann_min_chunks, wait_ann=True)
@@ -389,6 +413,12 @@ def main() -> None:
     parser.add_argument(
         "--ann-min-chunks", type=int, default=None, help="HNSW from this block size (default: the store's)"
     )
+    parser.add_argument(
+        "--compact-every",
+        type=int,
+        default=None,
+        help="also run the store's snapshot step after every this many written chunks (bounds the writer's memory)",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="where the store is written (default: a temp dir)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--queries-file", help=argparse.SUPPRESS)
@@ -419,7 +449,12 @@ def main() -> None:
         print(f"N = {n}  (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)", flush=True)
         with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
             bench_embedded(
-                corpus_batches(texts, n, args.batch), queries, query_vectors, Path(workdir), args.ann_min_chunks
+                corpus_batches(texts, n, args.batch),
+                queries,
+                query_vectors,
+                Path(workdir),
+                args.ann_min_chunks,
+                args.compact_every,
             )
         if not args.skip_bm25s:
             bench_bm25s(texts, n, queries)
