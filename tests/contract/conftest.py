@@ -35,13 +35,19 @@ STORE_KINDS = [
 
 # The embedded store's two dense search paths: exact everywhere, or HNSW from the first embedding on.
 DENSE_PATHS = {"exact": 10**9, "ann": 0}
+# The embedded store's index without snapshots, or re-snapshotted (synchronously) after every change, so every
+# query runs on a memory-mapped snapshot generation.
+INDEX_MODES = ["memory", "snapshots"]
 
 
-def make_store(kind: str, tmp_path: Path, name: str, dense_path: str = "exact") -> Any:
+def make_store(kind: str, tmp_path: Path, name: str, dense_path: str = "exact", index_mode: str = "memory") -> Any:
     if kind == "embedded":
-        return build_document_store(
+        store = build_document_store(
             Settings(data_dir=tmp_path, elasticsearch_url=None, ann_min_chunks=DENSE_PATHS[dense_path])
         )
+        if index_mode == "snapshots":
+            store.snapshot_rows, store.snapshot_in_background = 1, False
+        return store
     index = "docqa-test-" + re.sub(r"[^a-z0-9]+", "-", name.lower())[:60] + "-" + uuid.uuid4().hex[:8]
     return build_document_store(Settings(data_dir=tmp_path, elasticsearch_url=ES_URL), index=index)
 
@@ -62,10 +68,17 @@ def dense_path(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture(params=INDEX_MODES)
+def index_mode(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture
-def contract_store(store_kind: str, dense_path: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
-    if store_kind != "embedded" and dense_path != "exact":
-        pytest.skip("the dense search threshold belongs to the embedded store")
-    store = make_store(store_kind, tmp_path, request.node.name, dense_path)
+def contract_store(
+    store_kind: str, dense_path: str, index_mode: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Any]:
+    if store_kind != "embedded" and (dense_path != "exact" or index_mode != "memory"):
+        pytest.skip("the dense search threshold and index snapshots belong to the embedded store")
+    store = make_store(store_kind, tmp_path, request.node.name, dense_path, index_mode)
     yield store
     dispose(store)
