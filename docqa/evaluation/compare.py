@@ -43,6 +43,8 @@ class MetricDelta:
 
 
 def _value(record: EvalRecord, metric: str) -> float | None:
+    if metric in ANSWER_METRICS and not record.answers:
+        return None  # nothing to match against (a record question), as in the summary
     if record.error is not None:
         return 0.0 if metric in ANSWER_METRICS else None
     value = getattr(record, metric)

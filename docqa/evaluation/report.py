@@ -59,8 +59,10 @@ def summarize(records: Sequence[EvalRecord]) -> list[dict[str, Any]]:
         mine = [r for r in records if r.pipeline == name]
         ok = [r for r in mine if r.error is None]
         row: dict[str, Any] = {"pipeline": name, "n": len(mine), "errors": len(mine) - len(ok)}
+        # A record question has no reference answer: EM/F1/ROUGE-L mean nothing there (its records are scored).
+        answered = [r for r in mine if r.answers]
         for metric in ANSWER_METRICS:
-            row[metric] = _mean([getattr(r, metric) if r.error is None else 0.0 for r in mine])
+            row[metric] = _mean([getattr(r, metric) if r.error is None else 0.0 for r in answered])
         for metric in SCORE_METRICS[len(ANSWER_METRICS):]:
             # Scores a dataset does not define (no supporting ids, no record sets) stay empty, never 0.
             row[metric] = _mean([getattr(r, metric) for r in ok if getattr(r, metric) is not None])

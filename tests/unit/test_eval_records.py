@@ -195,3 +195,22 @@ def test_a_synthea_csv_export_is_read_with_its_own_columns(tmp_path: Path):
                                                  ("lab_result", "2019-02-01 08:00")]
     (medication,) = [r for r in records if r.record_type == "medication"]
     assert medication.key == ("p2", "medication", "2018-01-01T08:00:00Z", "310798", "v1")
+
+
+def test_record_questions_are_summarised_by_their_records_not_by_answer_scores():
+    from docqa.evaluation.report import summarize
+    from docqa.evaluation.runner import EvalRecord
+
+    records = [
+        EvalRecord("atrag", "r1", "Which medications?", [], record_precision=1.0, record_recall=0.5, wall_s=2.0),
+        EvalRecord("atrag", "r2", "Which labs?", [], record_precision=0.5, record_recall=1.0, wall_s=4.0),
+        EvalRecord("standard", "r1", "Which medications?", [], record_precision=0.2, record_recall=0.25),
+        EvalRecord("standard", "q1", "Who?", ["Ann"], em=1.0, f1=1.0, rouge_l=1.0),
+        EvalRecord("standard", "q2", "When?", ["1901"], error="RuntimeError: boom"),
+    ]
+    atrag, standard = summarize(records)
+    assert atrag["em"] is None and atrag["f1"] is None and atrag["rouge_l"] is None
+    assert atrag["record_precision"] == 0.75 and atrag["record_recall"] == 0.75 and atrag["wall_p50_s"] == 3.0
+    # EM over the two questions with answers (the failed one counts 0), records over the one record question.
+    assert standard["n"] == 3 and standard["em"] == 0.5 and standard["errors"] == 1
+    assert (standard["record_precision"], standard["record_recall"]) == (0.2, 0.25)
