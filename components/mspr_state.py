@@ -27,7 +27,8 @@ ACTIONS = (ACTION_SEARCH_PRIMARY, ACTION_SEARCH_SECONDARY, ACTION_ANSWER)
 @dataclass(frozen=True)
 class AgentDecision:
     """One agent step: its thought, action and action input; `malformed` (with the `problem`) when the output
-    was unusable."""
+    was unusable. `query_from` is "question" when a search's input was unusable and the question is searched
+    instead (the `problem` says what was wrong with it), else "model"."""
 
     thought: str = ""
     action: str = ""
@@ -35,6 +36,7 @@ class AgentDecision:
     malformed: bool = False
     forced_answer: bool = False
     problem: str = ""
+    query_from: str = "model"
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,7 @@ def build_mspr(runtime: Runtime, top_k: int | None = None, max_steps: int | None
             max_reviews=settings.mspr_max_reviews if max_reviews is None else max_reviews,
         ),
         agent=MSPRAgent(_role(runtime, "reasoner"), prompt_template=load_prompt("mspr_agent", prompts),
-                        max_tokens=max_tokens or 160),
+                        max_tokens=max_tokens),
         retriever=MultiSourceRetriever(runtime.retriever(top_k), sources=list(chosen), web_search=web, top_k=top_k),
         refiner=ObservationRefiner(_role(runtime, "summarizer"),
                                    prompt_template=load_prompt("mspr_refine", prompts), enabled=refine),

@@ -149,12 +149,26 @@ class TestPreferenceDrivenSourceSelection:
 
     def test_search_secondary_goes_to_the_next_source_without_a_judgement(self, settings):
         llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_secondary", "hotel archived policy"), step("answer", "150 euros")]),
-            (REVIEW, "Yes"),
+            (AGENT, [step("search_primary", "hotel costs"), step("search_secondary", "hotel archived policy"),
+                     step("answer", "150 euros")]),
+            (PREFER, "Yes"), (REVIEW, "Yes"),
         ], default="Short summary.")
         result = _run(settings, llm)
-        assert _retrievals(result) == [(ARCHIVE, "hotel archived policy")]
-        assert _calls(llm, PREFER) == []
+        assert _retrievals(result) == [(MAIN, "hotel costs"), (ARCHIVE, "hotel archived policy")]
+        assert len(_calls(llm, PREFER)) == 1  # the primary's retrieval only
+
+    def test_the_first_step_can_only_search_the_primary(self, settings):
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_secondary", "hotel archived policy"), step("search_primary", "hotel costs"),
+                     step("answer", "180 euros")]),
+            (PREFER, "Yes"),
+        ], default="Short summary.")
+        result = _run(settings, llm, max_reviews=0)
+        decisions = [s.outputs["decision"] for s in _steps(result, "agent")]
+        assert decisions[0]["offered_actions"] == ["search_primary"] and decisions[0]["malformed"] is True
+        assert _retrievals(result) == [(MAIN, "hotel costs")]
+        schema = _calls(llm, AGENT)[0]["generation_kwargs"]["response_format"]["json_schema"]["schema"]
+        assert schema["properties"]["action"]["enum"] == ["search_primary"]
 
 
 class TestCorrectiveAnswerReview:
@@ -176,8 +190,8 @@ class TestCorrectiveAnswerReview:
         assert "150 euros" in last_prompt and "review of your last answer" in last_prompt
 
     def test_srt_bounds_the_supplementary_retrievals(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_secondary", "hotel"), step("answer", "no idea")]),
-                                           (REVIEW, "No")], default="Short summary.")
+        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", "hotel"), step("answer", "no idea")]),
+                                           (PREFER, "Yes"), (REVIEW, "No")], default="Short summary.")
         result = _run(settings, llm, max_reviews=2)
         assert len(_calls(llm, REVIEW)) == 2
         supplementary = _retrievals(result)[1:]
@@ -186,8 +200,8 @@ class TestCorrectiveAnswerReview:
         assert result.stop_reason == STOP_ANSWERED_AFTER_REVIEW
 
     def test_without_reviews_the_first_answer_is_final(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_secondary", "hotel"), step("answer", "180 euros")])],
-                                    default="Short summary.")
+        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", "hotel"), step("answer", "180 euros")]),
+                                           (PREFER, "Yes")], default="Short summary.")
         result = _run(settings, llm, max_reviews=0)
         assert result.stop_reason == STOP_ANSWERED and len(_calls(llm, AGENT)) == 2
         assert _calls(llm, REVIEW) == []
@@ -198,7 +212,7 @@ class TestCorrectiveAnswerReview:
                                     default="Short summary.")
         result = _run(settings, llm, max_reviews=0)
         first = _steps(result, "agent")[0].outputs["decision"]
-        assert first["offered_actions"] == ["search_primary", "search_secondary"] and first["malformed"] is True
+        assert first["offered_actions"] == ["search_primary"] and first["malformed"] is True
         assert result.answer == "180 euros" and len(_retrievals(result)) == 1
 
 
@@ -230,29 +244,39 @@ class TestBounds:
         fallback = [s.outputs["route"] for s in result.steps if s.outputs.get("route", {}).get("next") == "retrieval"]
         assert fallback[0]["why"].startswith("malformed first step") and fallback[0]["query"] == result.question
 
-    def test_an_action_name_as_the_query_is_malformed(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_secondary", "search_primary"),
-                                                    step("search_secondary", "Answer ")])])
-        result = _run(settings, llm)
-        assert result.stop_reason == STOP_MALFORMED_ACTION
-        assert _retrievals(result) == [("collection:main", "What is the hotel limit?")]  # the question, not the echo
+    def test_a_search_whose_query_echoes_the_prompt_searches_the_question(self, settings):
+        # What the packaged 270M model writes: valid JSON whose query is an action name or a prompt phrase.
+        question = "What is the hotel limit?"
+        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", "search_primary"),
+                                                    step("search_secondary", " Answer "),
+                                                    step("answer", "180 euros")]), (PREFER, "Yes")],
+                                    default="Short summary.")
+        result = _run(settings, llm, question=question, max_reviews=0)
+        assert _retrievals(result) == [(MAIN, question), (ARCHIVE, question)]  # the question, not the echo
+        decisions = [s.outputs["decision"] for s in _steps(result, "agent")]
+        assert [d["query_from"] for d in decisions] == ["question", "question", "model"]
+        assert [d["malformed"] for d in decisions] == [False] * 3
+        assert decisions[0]["problem"] == "the action_input only repeated an action or source name: the question " \
+                                          "is searched"
+        assert result.answer == "180 euros" and result.stop_reason == STOP_ANSWERED
 
-    def test_a_stop_after_malformed_steps_says_why_and_the_retry_was_told_what_was_wrong(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", "  "),
-                                                    step("search_primary", "Search primary.")])])
+    def test_a_stop_after_malformed_answers_says_why_and_the_retry_was_told_what_was_wrong(self, settings):
+        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", "hotel"), step("answer", "  "),
+                                                    step("answer", "the final answer for answer")]),
+                                           (PREFER, "Yes")], default="Short summary.")
         result = _run(settings, llm)
-        assert result.stop_reason == STOP_MALFORMED_ACTION and len(_retrievals(result)) == 1
+        assert result.stop_reason == STOP_MALFORMED_ACTION and _retrievals(result) == [(MAIN, "hotel")]
+        assert result.answer_source == "extracted"  # the passage found is quoted, marked as such
         prompts = [c["prompt"] for c in _calls(llm, AGENT)]
-        assert "rejected" not in prompts[0]
-        assert "Your previous reply was rejected: the action_input was empty." in prompts[1]
+        assert len(prompts) == 3 and "rejected" not in prompts[1]
+        assert "Your previous reply was rejected: the action_input was empty." in prompts[2]
         problems = [s.outputs["decision"]["problem"] for s in _steps(result, "agent")]
-        repeated = "the action_input only repeated an action or source name"
-        assert problems == ["the action_input was empty", repeated, repeated, repeated]
+        assert problems == ["", "the action_input was empty", "the action_input only repeated an action or source name"]
         final = [s for s in result.steps if s.outputs.get("route", {}).get("next") == "end"]
         assert final and final[-1].outputs["route"]["problem"] == problems[-1]
 
     def test_one_malformed_step_is_recovered_by_the_retry(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", ""), step("search_primary", "hotel"),
+        llm = ScriptedChatGenerator(rules=[(AGENT, ["not json", step("search_primary", "hotel"),
                                                     step("answer", "180 euros")]), (PREFER, "Yes")],
                                     default="Short summary.")
         result = _run(settings, llm, max_reviews=0)
@@ -312,7 +336,7 @@ class TestAccessControl:
     def test_a_caller_never_gets_passages_of_documents_they_may_not_read(self, settings, action):
         secret_query = "Archived board retreat budget hotel 900 euros per night secret"
         llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step(action, secret_query), step("search_secondary", secret_query),
+            (AGENT, [step("search_primary", secret_query), step(action, secret_query),
                      step("search_primary", secret_query), step("answer", "?")]),
             (PREFER, "No"), (REVIEW, "No"),
         ], default="Short summary.")
@@ -443,13 +467,14 @@ class TestWebSource:
         settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}", "web_search_timeout_s": 0.3,
                                                "web_search_url": search_server(behaviour)})
         llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_secondary", "acme founded"), step("answer", "unknown")]), (REVIEW, "Yes"),
+            (AGENT, [step("search_primary", "acme founded"), step("search_secondary", "acme founded"),
+                     step("answer", "unknown")]), (PREFER, "Yes"), (REVIEW, "Yes"),
         ], default="Short summary.")
         result = _run(settings, llm, question="When was Acme founded?")
-        retrieval = _steps(result, "retriever")[0]
+        retrieval = _steps(result, "retriever")[1]
         assert retrieval.outputs["source"] == WEB and retrieval.outputs["documents"] == []
         assert retrieval.outputs["error"]
-        assert "(no passages: web search" in _calls(llm, AGENT)[1]["prompt"]
+        assert "(no passages: web search" in _calls(llm, AGENT)[2]["prompt"]
         assert result.answer == "unknown"
 
     def test_web_without_an_endpoint_is_a_configuration_error(self, settings):
@@ -492,6 +517,7 @@ class TestYaml:
 @pytest.mark.parametrize("action_input,malformed", [
     ("search_primary", True), ("`answer`", True), ("Search primary.", True), ("SEARCH-SECONDARY", True),
     ("search_primary, answer", True), ("collection:archive", True), ("web", True), ("?!", True), ("", True),
+    (",thought", True), ("the final answer for answer", True), ("The search query for a search.", True),
     ("hotel costs", False), ("primary school teachers", False), ("answer key of the 2019 exam", False),
     ("search engines in 1998", False), ("main archive policy", False), ("180 euros", False),
 ])
@@ -503,3 +529,42 @@ def test_an_input_that_only_repeats_prompt_names_is_malformed(action_input, malf
     decision = parse_decision(data, ACTIONS, forced=False, sources=(MAIN, ARCHIVE, WEB))
     assert decision.malformed is malformed
     assert bool(decision.problem) is malformed
+
+
+@pytest.mark.parametrize("action,action_input,expected", [
+    ("search_primary", "search_secondary", ("Who founded Acme?", "question", False)),
+    ("search_secondary", "", ("Who founded Acme?", "question", False)),
+    ("search_primary", "Acme founders", ("Acme founders", "model", False)),
+    ("answer", "answer", ("", "model", True)),
+    ("answer", "John Smith", ("John Smith", "model", False)),
+])
+def test_an_unusable_query_becomes_the_question_and_an_unusable_answer_stays_malformed(action, action_input,
+                                                                                        expected):
+    from docqa.components.mspr_agent import parse_decision
+    from docqa.components.mspr_state import ACTIONS
+
+    data = {"thought": "t", "action": action, "action_input": action_input}
+    decision = parse_decision(data, ACTIONS, forced=False, sources=(MAIN, WEB), question=" Who founded  Acme? ")
+    assert (decision.action_input, decision.query_from, decision.malformed) == expected
+    assert decision.action == action
+
+
+def test_the_step_schema_is_bounded_so_the_token_cap_always_fits_the_json():
+    from docqa.components.mspr_agent import MSPRAgent, step_token_cap
+    from docqa.components.mspr_state import MSPRState, Observation
+
+    llm = ScriptedChatGenerator(rules=[(AGENT, step("answer", "180 euros"))])
+    state = MSPRState(question="q?", sources=(MAIN, ARCHIVE), phase="answer_now",
+                      observations=(Observation(step=1, source=MAIN, query="q"),))
+    for max_tokens, chars in ((None, 120), (step_token_cap(40), 40)):
+        MSPRAgent(llm, max_tokens=max_tokens).run(state=state)
+        kwargs = llm.calls[-1]["generation_kwargs"]
+        schema = kwargs["response_format"]["json_schema"]["schema"]
+        assert schema["properties"]["action"]["enum"] == ["answer"]
+        fields = schema["properties"]
+        assert fields["thought"]["maxLength"] == fields["action_input"]["maxLength"] == chars
+        assert fields["action_input"]["minLength"] == 1
+        # Two full fields at one token per character, plus the JSON around them, fit the cap.
+        assert kwargs["max_tokens"] == step_token_cap(chars) >= 2 * chars + len(step("search_secondary", "", ""))
+    with pytest.raises(ValueError, match="max_tokens"):
+        MSPRAgent(llm, max_tokens=100)
