@@ -51,6 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--strategies", default=None,
                         help="comma-separated subset of standard/primary,standard/both,mspr,mspr/no-ors")
     parser.add_argument("--output", type=Path, default=None, help="one JSON line per question and strategy")
+    parser.add_argument("--table", type=Path, nargs="+", default=None,
+                        help="only print the table of earlier --output files (runs of different strategies)")
     return parser.parse_args(argv)
 
 
@@ -152,6 +154,14 @@ def measure(result: Any, supporting: tuple[str, ...], passage_of: dict[str, str]
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.table:
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for path in args.table:
+            for line in path.read_text(encoding="utf-8").splitlines():
+                row = json.loads(line)
+                rows.setdefault(row["strategy"], []).append(row)
+        print_table(rows)
+        return 0
     os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
     shared_data = args.shared_data or Path(__file__).resolve().parents[2] / "shared" / "data"
     if not (shared_data / "multihop").is_dir():
@@ -202,48 +212,64 @@ def main(argv: list[str] | None = None) -> int:
     print(f"models {runtime.models_by_role()}; top_k {args.top_k}; AWI {args.max_steps}; SRT {args.max_reviews}",
           flush=True)
 
-    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in strategies}
+    rows = {name: [] for name in strategies}
     output = args.output.open("w", encoding="utf-8") if args.output else None
     try:
-        for dataset, qs in questions.items():
-            for q in qs:
-                dataset_filter = {"field": "meta.dataset", "operator": "==", "value": dataset}
-                for name, (pipeline, extra) in strategies.items():
-                    filters = dataset_filter if extra is None else {"operator": "AND",
-                                                                    "conditions": [dataset_filter, extra]}
-                    started = time.perf_counter()
-                    result = pipeline.run(q.question, scope, filters=filters)
-                    row = {"strategy": name, "dataset": dataset, "question": q.question,
-                           **measure(result, q.supporting_ids, web.passage_of),
-                           "f1": best_scores(result.answer, q.answers)[1], "answer": result.answer[:80],
-                           "wall_s": time.perf_counter() - started}
-                    rows[name].append(row)
-                    if output is not None:
-                        output.write(json.dumps(row) + "\n")
-                        output.flush()
-                    print(f"[{dataset} {name}] {row['wall_s']:.1f} s recall={row['recall']:.2f} "
-                          f"sources={row['sources']} steps={row['steps']} calls={row['llm_calls']} "
-                          f"stop={row['stop_reason']} searches={row['searches']} answer={row['answer']!r}",
-                          file=sys.stderr, flush=True)
+        # Round robin over the datasets: a run cut short still has questions of each.
+        order = [(d, qs[i]) for i in range(args.limit) for d, qs in questions.items() if i < len(qs)]
+        for dataset, q in order:
+            dataset_filter = {"field": "meta.dataset", "operator": "==", "value": dataset}
+            for name, (pipeline, extra) in strategies.items():
+                filters = dataset_filter if extra is None else {"operator": "AND",
+                                                                "conditions": [dataset_filter, extra]}
+                started = time.perf_counter()
+                result = pipeline.run(q.question, scope, filters=filters)
+                em, f1 = best_scores(result.answer, q.answers)
+                row = {"strategy": name, "dataset": dataset, "question": q.question,
+                       **measure(result, q.supporting_ids, web.passage_of),
+                       "em": em, "f1": f1, "answer": result.answer[:80],
+                       "answer_source": result.answer_source, "wall_s": time.perf_counter() - started}
+                rows[name].append(row)
+                if output is not None:
+                    output.write(json.dumps(row) + "\n")
+                    output.flush()
+                print(f"[{dataset} {name}] {row['wall_s']:.1f} s recall={row['recall']:.2f} "
+                      f"sources={row['sources']} steps={row['steps']} calls={row['llm_calls']} "
+                      f"stop={row['stop_reason']} searches={row['searches']} answer={row['answer']!r}",
+                      file=sys.stderr, flush=True)
     finally:
         web.close()
         if output is not None:
             output.close()
 
     print()
-    print(f"{'strategy':<18}{'n':>3}{'recall':>8}{'steps':>7}{'calls':>7}{'prompt words':>14}{'F1':>6}"
-          f"{'wall s':>8}  searches by source")
-    for name, got in rows.items():
-        if not got:
-            continue
-        sources: Counter[str] = Counter()
-        for row in got:
-            sources.update(row["sources"])
-        print(f"{name:<18}{len(got):>3}{statistics.mean(r['recall'] for r in got):>8.2f}"
-              f"{statistics.mean(r['steps'] for r in got):>7.1f}{statistics.mean(r['llm_calls'] for r in got):>7.1f}"
-              f"{statistics.mean(r['prompt_words'] for r in got):>14.0f}{statistics.mean(r['f1'] for r in got):>6.2f}"
-              f"{statistics.mean(r['wall_s'] for r in got):>8.1f}  {dict(sources)}")
+    print_table(rows)
     return 0
+
+
+def print_table(rows: dict[str, list[dict[str, Any]]]) -> None:
+    """Means per strategy (all datasets, then each), with searches by source and stop reasons summed."""
+    print(f"{'strategy':<28}{'n':>3}{'recall':>8}{'steps':>7}{'calls':>7}{'prompt words':>14}{'EM':>6}{'F1':>6}"
+          f"{'wall s':>8}  searches by source; stop reasons; answer source")
+    datasets = sorted({r["dataset"] for got in rows.values() for r in got})
+    for name, got in rows.items():
+        for dataset in ["all", *datasets] if len(datasets) > 1 else datasets:
+            part = [r for r in got if dataset in ("all", r["dataset"])]
+            if not part:
+                continue
+            sources: Counter[str] = Counter()
+            for row in part:
+                sources.update(row["sources"])
+            stops = Counter(str(r["stop_reason"]) for r in part)
+            answered = Counter(str(r.get("answer_source")) for r in part)
+            print(f"{name + ' ' + dataset:<28}{len(part):>3}{statistics.mean(r['recall'] for r in part):>8.2f}"
+                  f"{statistics.mean(r['steps'] for r in part):>7.1f}"
+                  f"{statistics.mean(r['llm_calls'] for r in part):>7.1f}"
+                  f"{statistics.mean(r['prompt_words'] for r in part):>14.0f}"
+                  f"{statistics.mean(r.get('em', 0.0) for r in part):>6.2f}"
+                  f"{statistics.mean(r['f1'] for r in part):>6.2f}"
+                  f"{statistics.mean(r['wall_s'] for r in part):>8.1f}  {dict(sources)}; {dict(stops)}; "
+                  f"{dict(answered)}")
 
 
 if __name__ == "__main__":
