@@ -403,6 +403,21 @@ def bench_bm25s(texts: list[str], n: int, queries: list[str]) -> None:
     print("  bm25s        BM25   ", percentiles(timed(query, len(queries))))
 
 
+def embed_queries(queries: list[str], out: Path) -> None:
+    """MiniLM embeddings of the queries and the time of 50 single-query embeddings, written to `out` (JSON)."""
+    import torch
+
+    from docqa.embedding import build_text_embedder
+    from docqa.settings import Settings
+
+    torch.set_num_threads(1)
+    text_embedder = build_text_embedder(Settings())
+    text_embedder.warm_up()
+    vectors = [text_embedder.run(text=q)["embedding"] for q in queries]
+    samples = timed(lambda i: text_embedder.run(text=queries[i]), 50)
+    out.write_text(json.dumps({"vectors": vectors, "samples": samples}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -423,28 +438,31 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--queries-file", help=argparse.SUPPRESS)
     parser.add_argument("--wait-ann", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--embed-queries", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.queries_file, args.ann_min_chunks, args.wait_ann)
         return
-    from docqa.settings import Settings
+    if args.embed_queries:
+        embed_queries(json.loads(sys.stdin.read()), Path(args.embed_queries))
+        return
     from docqa_eval.datasets import MULTIHOP_DATASETS, load_questions, shared_data_dir
 
     data = shared_data_dir()
     if not (data / "multihop").is_dir():
         sys.exit(f"shared data not found at {data}; nothing to measure")
-    import torch
-
-    torch.set_num_threads(1)
     texts = base_texts(data)
     queries = [q.question for ds in MULTIHOP_DATASETS for q in load_questions(ds, data)]
-    from docqa.embedding import build_text_embedder
-
-    text_embedder = build_text_embedder(Settings())
-    text_embedder.warm_up()
-    query_vectors = np.asarray([text_embedder.run(text=q)["embedding"] for q in queries], dtype=np.float32)
+    # Queries are embedded in a child process: PyTorch and the model never take memory in the writing process.
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        out = Path(tmp) / "query_vectors.json"
+        subprocess.run(
+            [sys.executable, __file__, "--embed-queries", str(out)], input=json.dumps(queries), text=True, check=True
+        )
+        embedded = json.loads(out.read_text())
+    query_vectors = np.asarray(embedded["vectors"], dtype=np.float32)
     print(f"{len(texts)} distinct base texts, {len(queries)} queries, top-{TOP_K}, torch threads 1")
-    print("query embedding (MiniLM, one query)", percentiles(timed(lambda i: text_embedder.run(text=queries[i]), 50)))
+    print("query embedding (MiniLM, one query)", percentiles(embedded["samples"]))
     for n in args.sizes:
         print(f"N = {n}  (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)", flush=True)
         with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
