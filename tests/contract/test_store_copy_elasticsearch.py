@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from haystack import Document
+from haystack_integrations.components.retrievers.elasticsearch import ElasticsearchEmbeddingRetriever
 
 from docqa import cli
 from docqa.settings import Settings
@@ -89,7 +90,8 @@ def test_copy_is_complete_idempotent_and_resumable(source, target, tmp_path):
     assert target.count_documents() == 9
     _assert_same(target.filter_documents(), expected)
     # Searchable as docqa's Elasticsearch retrievers search it: by embedding, within the tenant.
-    hits = target._embedding_retrieval(query_embedding=[1.0, 5 / 8, -5 / 16, 0.25], filters=TENANT_FILTER, top_k=1)
+    retriever = ElasticsearchEmbeddingRetriever(document_store=target, filters=TENANT_FILTER, top_k=1)
+    hits = retriever.run(query_embedding=[1.0, 5 / 8, -5 / 16, 0.25])["documents"]
     assert hits[0].id == "acme-5"
 
 
