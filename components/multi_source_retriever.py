@@ -1,4 +1,6 @@
-"""One retrieval over one of several configured sources: a collection of the document store, or the web."""
+"""One retrieval over one of several configured sources: a collection of the document store, or the web (a
+SearXNG-compatible endpoint, `web`, or one of Haystack's web search components, `web:serperdev`,
+`web:searchapi`)."""
 
 from __future__ import annotations
 
@@ -8,20 +10,24 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.core.serialization import component_to_dict
 
 from docqa.access import collection_filter
+from docqa.components.haystack_web_search import WEB_PROVIDER_SOURCES, HaystackWebSearch
 from docqa.components.searxng_web_search import WEB_SOURCE
 
 COLLECTION_PREFIX = "collection:"
 
 
 def parse_sources(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """`"collection:main, web"` -> `("collection:main", "web")`; refuses unknown kinds, empties and repeats."""
+    """`"collection:main, web"` -> `("collection:main", "web")`; refuses unknown kinds, empties and repeats.
+    Web sources: `web` (SearXNG) and `web:serperdev`, `web:searchapi` (Haystack's components)."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     sources = tuple(item.strip() for item in items if isinstance(item, str) and item.strip())
     if not sources:
         raise ValueError("at least one source is required (e.g. collection:main)")
     for source in sources:
-        if source != WEB_SOURCE and not (source.startswith(COLLECTION_PREFIX) and source[len(COLLECTION_PREFIX):]):
-            raise ValueError(f"unknown source {source!r}: use collection:NAME or web")
+        if source not in (WEB_SOURCE, *WEB_PROVIDER_SOURCES) and not (
+                source.startswith(COLLECTION_PREFIX) and source[len(COLLECTION_PREFIX):]):
+            raise ValueError(f"unknown source {source!r}: use collection:NAME, web or "
+                             f"{', '.join(WEB_PROVIDER_SOURCES)}")
     if len(set(sources)) != len(sources):
         raise ValueError(f"a source is listed twice in {', '.join(sources)}")
     return sources
@@ -33,8 +39,9 @@ class MultiSourceRetriever:
     Retrieves from the source named at run time, among the configured ones. A `collection:NAME` source is the
     hybrid retriever with the caller's access `filters` AND'ed with a filter on `meta.collection` (documents
     without one belong to `main`); it refuses to run without access filters (fail closed). The `web` source
-    is a SearXNG-compatible endpoint whose results are public; its failures give no documents and an
-    `error`, never an exception. Every output names the `source` searched.
+    is a SearXNG-compatible endpoint, `web:serperdev` / `web:searchapi` Haystack's web search components
+    (`web_searches`); their results are public, their failures give no documents and an `error`, never an
+    exception. Every output names the `source` searched.
 
     Usage example:
     ```python
@@ -47,16 +54,22 @@ class MultiSourceRetriever:
 
     step_kind = "retrieval"
 
-    def __init__(self, retriever: Any, sources: list[str], web_search: Any | None = None, top_k: int = 5) -> None:
+    def __init__(self, retriever: Any, sources: list[str], web_search: Any | None = None, top_k: int = 5,
+                 web_searches: dict[str, HaystackWebSearch] | None = None) -> None:
         """
         :param retriever: Component with `run(query, filters, top_k) -> {"documents"}` (the hybrid retriever).
         :param sources: The configured sources, in order of preference.
         :param web_search: Component with `run(query, top_k) -> {"documents", "error"}`; required for `web`.
         :param top_k: Passages per retrieval.
+        :param web_searches: The `HaystackWebSearch` of each `web:PROVIDER` source; required for those.
         """
         self.sources = list(parse_sources(sources))
         if WEB_SOURCE in self.sources and web_search is None:
             raise ValueError("the web source needs a web search endpoint (DOCQA_WEB_SEARCH_URL)")
+        self.web_searches = dict(web_searches or {})
+        missing = [s for s in self.sources if s in WEB_PROVIDER_SOURCES and s not in self.web_searches]
+        if missing:
+            raise ValueError(f"no web search component for {', '.join(missing)}")
         if top_k < 1:
             raise ValueError("top_k must be at least 1")
         self.retriever = retriever
@@ -77,8 +90,9 @@ class MultiSourceRetriever:
         """
         if source not in self.sources:
             return {"documents": [], "source": source, "error": f"source {source!r} is not configured"}
-        if source == WEB_SOURCE:
-            out = self.web_search.run(query=query, top_k=self.top_k)
+        if source == WEB_SOURCE or source in WEB_PROVIDER_SOURCES:
+            search = self.web_search if source == WEB_SOURCE else self.web_searches[source]
+            out = search.run(query=query, top_k=self.top_k)
             return {"documents": out["documents"], "source": source, "error": out.get("error")}
         if not filters:
             raise ValueError("a collection source needs the caller's access filters")
@@ -93,9 +107,15 @@ class MultiSourceRetriever:
             sources=self.sources,
             web_search=component_to_dict(self.web_search, "web_search") if self.web_search is not None else None,
             top_k=self.top_k,
+            web_searches={source: search.to_dict() for source, search in self.web_searches.items()},
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MultiSourceRetriever:
-        # Nested `{"type": ...}` components are rebuilt by `default_from_dict` (within the allowlist).
-        return default_from_dict(cls, data)
+        # Nested `{"type": ...}` components are rebuilt by `default_from_dict` (within the allowlist); the
+        # web_searches mapping is not, and holds nothing but HaystackWebSearch (its own from_dict checks the type).
+        init = dict(data.get("init_parameters", {}))
+        searches = init.pop("web_searches", None) or {}
+        init["web_searches"] = {source: HaystackWebSearch.from_dict(value) for source, value in searches.items()}
+        # A plain dict of components is left as it is by default_from_dict.
+        return default_from_dict(cls, {**data, "init_parameters": init})

@@ -11,9 +11,11 @@ controller routes on what just happened:
                      |-> reviewer (CAR) ----------------------------------------------------> joiner
                      `-> answer, cited_documents, stop_reason        joiner -> controller.state
 
-Sources come from DOCQA_MSPR_SOURCES (`collection:NAME`, `web`), in order of preference; the caller may pick
-and order a subset (`sources` option). Collections are read through the caller's access filters AND'ed with
-the collection; web results (DOCQA_WEB_SEARCH_URL) are public and cited with `source: web`.
+Sources come from DOCQA_MSPR_SOURCES (`collection:NAME`, `web`, `web:serperdev`, `web:searchapi`), in order of
+preference; the caller may pick and order a subset (`sources` option). Collections are read through the
+caller's access filters AND'ed with the collection; web results (`web`: the SearXNG-compatible
+DOCQA_WEB_SEARCH_URL; `web:serperdev` / `web:searchapi`: Haystack's web search components, keys in
+SERPERDEV_API_KEY / SEARCHAPI_API_KEY) are public and cited with `source: web`.
 
 Usage:
     pipeline = build_pipeline("mspr", runtime, max_steps=5, max_reviews=1)
@@ -29,6 +31,7 @@ from haystack import Pipeline
 from haystack.components.joiners import BranchJoiner
 
 from docqa.components.answer_reviewer import AnswerReviewer
+from docqa.components.haystack_web_search import WEB_PROVIDER_PREFIX, WEB_PROVIDER_SOURCES, HaystackWebSearch
 from docqa.components.mspr_agent import MSPRAgent
 from docqa.components.mspr_controller import MSPRController
 from docqa.components.mspr_state import MSPRState
@@ -106,6 +109,10 @@ def configured_sources(settings: Any, requested: list[str] | None) -> tuple[str,
         raise ConfigurationError(f"DOCQA_MSPR_SOURCES: {exc}") from None
     if WEB_SOURCE in configured and not settings.web_search_url:
         raise ConfigurationError("DOCQA_MSPR_SOURCES lists `web` but DOCQA_WEB_SEARCH_URL is not set")
+    for source in configured:
+        if source in WEB_PROVIDER_SOURCES:
+            # Fails here, with the variable to set, rather than at the first question that reaches the source.
+            _provider_search(source, settings.top_k)
     if requested is None:
         return configured
     try:
@@ -117,6 +124,13 @@ def configured_sources(settings: Any, requested: list[str] | None) -> tuple[str,
         raise InvalidOptionsError(f"invalid options for pipeline 'mspr': sources: {', '.join(unknown)} not "
                                   f"configured (DOCQA_MSPR_SOURCES: {', '.join(configured)})")
     return chosen
+
+
+def _provider_search(source: str, top_k: int) -> HaystackWebSearch:
+    try:
+        return HaystackWebSearch(provider=source[len(WEB_PROVIDER_PREFIX):], top_k=top_k)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"DOCQA_MSPR_SOURCES lists `{source}` but {exc}") from None
 
 
 def _role(runtime: Runtime, role: str) -> RoleChatGenerator:
@@ -154,7 +168,9 @@ def build_mspr(runtime: Runtime, top_k: int | None = None, max_steps: int | None
         ),
         agent=MSPRAgent(_role(runtime, "reasoner"), prompt_template=load_prompt("mspr_agent", prompts),
                         max_tokens=max_tokens),
-        retriever=MultiSourceRetriever(runtime.retriever(top_k), sources=list(chosen), web_search=web, top_k=top_k),
+        retriever=MultiSourceRetriever(runtime.retriever(top_k), sources=list(chosen), web_search=web, top_k=top_k,
+                                       web_searches={s: _provider_search(s, top_k) for s in chosen
+                                                     if s in WEB_PROVIDER_SOURCES}),
         refiner=ObservationRefiner(_role(runtime, "summarizer"),
                                    prompt_template=load_prompt("mspr_refine", prompts), enabled=refine),
         judge=SourcePreferenceJudge(_role(runtime, "grader"),
