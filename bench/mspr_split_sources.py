@@ -223,7 +223,16 @@ def main(argv: list[str] | None = None) -> int:
                 filters = dataset_filter if extra is None else {"operator": "AND",
                                                                 "conditions": [dataset_filter, extra]}
                 started = time.perf_counter()
-                result = pipeline.run(q.question, scope, filters=filters)
+                try:
+                    result = pipeline.run(q.question, scope, filters=filters)
+                except Exception as exc:  # e.g. an LLM call past DOCQA_LLM_TIMEOUT_S on a loaded machine
+                    failed = {"strategy": name, "dataset": dataset, "question": q.question,
+                              "failed": f"{type(exc).__name__}: {exc}"[:300], "wall_s": time.perf_counter() - started}
+                    print(f"[{dataset} {name}] FAILED {failed['failed']}", file=sys.stderr, flush=True)
+                    if output is not None:
+                        output.write(json.dumps(failed) + "\n")
+                        output.flush()
+                    continue
                 em, f1 = best_scores(result.answer, q.answers)
                 row = {"strategy": name, "dataset": dataset, "question": q.question,
                        **measure(result, q.supporting_ids, web.passage_of),
@@ -253,6 +262,10 @@ def print_table(rows: dict[str, list[dict[str, Any]]]) -> None:
           f"{'wall s':>8}  searches by source; stop reasons; answer source")
     datasets = sorted({r["dataset"] for got in rows.values() for r in got})
     for name, got in rows.items():
+        failed = [r for r in got if "failed" in r]
+        if failed:
+            print(f"{name}: {len(failed)} run(s) failed and are left out: {failed[0]['failed'][:120]}")
+        got = [r for r in got if "failed" not in r]
         for dataset in ["all", *datasets] if len(datasets) > 1 else datasets:
             part = [r for r in got if dataset in ("all", r["dataset"])]
             if not part:
