@@ -118,6 +118,7 @@ class Segment:
     # Frozen segments read a key's value index from their snapshot instead of decoding every meta.
     value_source: Callable[[str], Mapping[str, np.ndarray]] | None = None
     scratch: np.ndarray | None = None  # BM25 accumulator, zero between queries
+    max_weights: np.ndarray | None = None  # per column: the largest weight (BM25 upper bounds for pruning)
 
     @property
     def size(self) -> int:
@@ -278,6 +279,7 @@ class SearchIndex:
             return
         avgdl = self._indexed_len / self._indexed_docs if self._indexed_docs else 1.0
         segment.weights = bm25_weights(segment.tf, segment.indices, segment.doc_len, self.k1, self.b, avgdl)
+        segment.max_weights = column_maxima(segment.weights, segment.indptr)
 
     def _maybe_merge(self) -> None:
         # Frozen (snapshot) segments stay as they are: the next snapshot drops their dead rows.
@@ -362,41 +364,13 @@ class SearchIndex:
         for segment in self.segments:
             found, cols = segment.columns(terms)
             spans = [
-                (int(segment.indptr[c]), int(segment.indptr[c + 1]), idf[f])
+                (int(segment.indptr[c]), int(segment.indptr[c + 1]), idf[f], c)
                 for f, c in zip(found.tolist(), cols.tolist(), strict=True)
             ]
             spans = [span for span in spans if span[1] > span[0]]
-            if not spans:
-                continue
-            if len(spans) == 1:
-                start, end, term_idf = spans[0]
-                hits = np.asarray(segment.indices[start:end], dtype=np.int64)
-                scores = (segment.weights[start:end] * term_idf).astype(np.float64)
-            else:
-                if segment.scratch is None:
-                    segment.scratch = np.zeros(segment.size, dtype=np.float64)
-                scratch = segment.scratch
-                parts = []
-                for start, end, term_idf in spans:
-                    rows = segment.indices[start:end]
-                    # A term's postings name each row once, so a fancy-indexed add accumulates correctly.
-                    scratch[rows] += segment.weights[start:end] * term_idf
-                    parts.append(rows)
-                hits = np.concatenate(parts).astype(np.int64, copy=False)
-                scores = scratch[hits]
-                scratch[hits] = 0.0
-            if filters or segment.dead:
-                keep = self._mask(segment, filters, load_fields)[hits]
-                hits, scores = hits[keep], scores[keep]
-            if len(spans) > 1 and len(hits):
-                # A row appears once per query term it holds: the best top_k x terms entries hold the top_k rows.
-                wanted = top_k * len(spans)
-                if len(scores) > wanted:
-                    best = np.argpartition(scores, len(scores) - wanted)[len(scores) - wanted :]
-                    hits, scores = hits[best], scores[best]
-                hits, first = np.unique(hits, return_index=True)
-                scores = scores[first]
-            candidates.extend(_top(segment.seqs[hits], scores, top_k))
+            if spans:
+                mask = self._mask(segment, filters, load_fields) if filters or segment.dead else None
+                candidates.extend(_bm25_segment(segment, spans, top_k, mask))
         return sorted(candidates, key=lambda c: -c[1])[:top_k]
 
     def dense(
@@ -566,6 +540,77 @@ def bm25_weights(
     norm = k1 * (1.0 - b + b * np.asarray(doc_len) / max(avgdl, 1e-9))
     tf = np.asarray(tf)
     return (tf * (k1 + 1.0) / (tf + norm[rows])).astype(np.float32)
+
+
+def column_maxima(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    """The largest value of each column (meaningless for empty columns, which queries skip)."""
+    if not len(values):
+        return np.zeros(max(len(indptr) - 1, 0), dtype=np.float32)
+    starts = np.minimum(np.asarray(indptr[:-1], dtype=np.int64), len(values) - 1)
+    return np.maximum.reduceat(values, starts).astype(np.float32)
+
+
+def _bm25_segment(
+    segment: Segment, spans: list[tuple[int, int, Any, int]], top_k: int, mask: np.ndarray | None
+) -> list[tuple[int, float]]:
+    """Top `top_k` (seq, score) of one segment for query terms given as (start, end, idf, column) spans.
+
+    MaxScore pruning: terms are taken in decreasing order of their best possible contribution (idf x the
+    column's largest weight), accumulating their postings. Once the remaining terms together cannot lift a
+    row that has none of the terms taken so far above the current k-th best partial score, those rows are out:
+    the remaining (frequent) terms are only looked up, by binary search in their sorted postings, for the
+    candidates that can still make the top k. Scores are the same sums as without pruning (in another order).
+    """
+    assert segment.max_weights is not None
+    if len(spans) == 1:
+        start, end, term_idf, _ = spans[0]
+        hits = np.asarray(segment.indices[start:end], dtype=np.int64)
+        scores = (segment.weights[start:end] * term_idf).astype(np.float64)
+        if mask is not None:
+            keep = mask[hits]
+            hits, scores = hits[keep], scores[keep]
+        return _top(segment.seqs[hits], scores, top_k)
+    bounds = [float(term_idf * segment.max_weights[column]) for _, _, term_idf, column in spans]
+    order = sorted(range(len(spans)), key=lambda j: -bounds[j])
+    spans = [spans[j] for j in order]
+    rest = [*np.cumsum([bounds[j] for j in order][::-1])[::-1].tolist(), 0.0]  # bound of spans[i:]
+    if segment.scratch is None:
+        segment.scratch = np.zeros(segment.size, dtype=np.float64)
+    scratch = segment.scratch
+    fresh: list[np.ndarray] = []
+    threshold = 0.0
+    taken = 0
+    while taken < len(spans):
+        if taken and rest[taken] <= threshold:
+            break
+        start, end, term_idf, _ = spans[taken]
+        rows = segment.indices[start:end]
+        before = scratch[rows]
+        scratch[rows] = before + segment.weights[start:end] * term_idf
+        fresh.append(rows[before == 0.0])  # scores are positive: zero means not seen yet
+        taken += 1
+        if taken < len(spans):
+            seen = np.concatenate(fresh)
+            if mask is not None:
+                seen = seen[mask[seen]]
+            if len(seen) >= top_k:
+                threshold = float(np.partition(scratch[seen], len(seen) - top_k)[len(seen) - top_k])
+    seen = np.concatenate(fresh)
+    hits = seen[mask[seen]] if mask is not None else seen
+    scores = scratch[hits]
+    scratch[seen] = 0.0
+    if taken < len(spans):
+        # Rows that cannot reach the k-th best partial score even with every remaining term are out.
+        keep = scores + rest[taken] > threshold
+        hits, scores = hits[keep], scores[keep]
+        by_row = np.argsort(hits, kind="stable")
+        hits, scores = hits[by_row].astype(np.int32), scores[by_row]
+        for start, end, term_idf, _ in spans[taken:]:
+            rows = segment.indices[start:end]
+            at = np.minimum(np.searchsorted(rows, hits), len(rows) - 1)
+            found = np.flatnonzero(rows[at] == hits)
+            scores[found] += segment.weights[start:end][at[found]] * term_idf
+    return _top(segment.seqs[hits], scores, top_k)
 
 
 def normalise_rows(matrix: np.ndarray) -> np.ndarray:

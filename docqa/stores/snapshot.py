@@ -51,6 +51,7 @@ from docqa.stores.search_index import (
     alive_postings,
     bm25_weights,
     build_hnsw,
+    column_maxima,
     postings,
 )
 
@@ -242,6 +243,7 @@ def _load_generation(gen: Path, manifest: dict[str, Any], info: dict[str, Any]) 
         tf=_map(gen / "tf.npy"),
         doc_len=_map(gen / "doc_len.npy"),
         weights=_map(gen / "weights.npy"),
+        max_weights=_map(gen / "max_weights.npy"),
         dense=dense,
         term_ids=None,
         frozen=True,
@@ -431,7 +433,10 @@ def write_snapshot(directory: Path, state: SnapshotState, threads: int = 2) -> s
     _save(gen / "indices.npy", indices)
     _save(gen / "tf.npy", tf)
     _save(gen / "doc_len.npy", doc_len)
-    _save(gen / "weights.npy", bm25_weights(tf, indices, doc_len, state.k1, state.b, avgdl))
+    weights = bm25_weights(tf, indices, doc_len, state.k1, state.b, avgdl)
+    _save(gen / "weights.npy", weights)
+    _save(gen / "max_weights.npy", column_maxima(weights, full_indptr))
+    del weights
     del indices, tf
     _after_step("postings")
 
