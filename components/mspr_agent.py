@@ -37,6 +37,10 @@ def step_token_cap(field_chars: int = _MAX_FIELD_CHARS) -> int:
     return 2 * field_chars + _SKELETON_TOKENS
 
 
+# The smallest cap a step may have: below it the thought and the input would be too short to say anything.
+MIN_STEP_TOKENS = step_token_cap(_MIN_FIELD_CHARS)
+
+
 def _input_hint(actions: tuple[str, ...]) -> str:
     hints = []
     if any(a != ACTION_ANSWER for a in actions):
@@ -152,9 +156,8 @@ class MSPRAgent:
         :param max_document_chars: Each passage of the newest observation is cut to this many characters.
         """
         max_tokens = step_token_cap() if max_tokens is None else max_tokens
-        if max_tokens < step_token_cap(_MIN_FIELD_CHARS) or max_document_chars < 20:
-            raise ValueError(f"max_tokens must be at least {step_token_cap(_MIN_FIELD_CHARS)} and "
-                             "max_document_chars at least 20")
+        if max_tokens < MIN_STEP_TOKENS or max_document_chars < 20:
+            raise ValueError(f"max_tokens must be at least {MIN_STEP_TOKENS} and max_document_chars at least 20")
         self.chat_generator = chat_generator
         self.prompt_template = prompt_template or load_prompt("mspr_agent")
         self.max_tokens = max_tokens

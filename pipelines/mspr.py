@@ -32,7 +32,7 @@ from haystack.components.joiners import BranchJoiner
 
 from docqa.components.answer_reviewer import AnswerReviewer
 from docqa.components.haystack_web_search import WEB_PROVIDER_PREFIX, WEB_PROVIDER_SOURCES, HaystackWebSearch
-from docqa.components.mspr_agent import MSPRAgent
+from docqa.components.mspr_agent import MIN_STEP_TOKENS, MSPRAgent
 from docqa.components.mspr_controller import MSPRController
 from docqa.components.mspr_state import MSPRState
 from docqa.components.multi_source_retriever import MultiSourceRetriever, parse_sources
@@ -154,6 +154,9 @@ def build_mspr(runtime: Runtime, top_k: int | None = None, max_steps: int | None
     """
     settings = runtime.settings
     top_k = top_k or settings.top_k
+    if max_tokens is not None and max_tokens < MIN_STEP_TOKENS:
+        # The agent's JSON step needs room for a thought and a query (see MSPRAgent).
+        raise InvalidOptionsError(f"invalid options for pipeline 'mspr': max_tokens must be at least {MIN_STEP_TOKENS}")
     chosen = configured_sources(settings, sources)
     prompts = settings.prompts_dir
     web = None

@@ -568,3 +568,12 @@ def test_the_step_schema_is_bounded_so_the_token_cap_always_fits_the_json():
         assert kwargs["max_tokens"] == step_token_cap(chars) >= 2 * chars + len(step("search_secondary", "", ""))
     with pytest.raises(ValueError, match="max_tokens"):
         MSPRAgent(llm, max_tokens=100)
+
+
+def test_a_step_token_cap_too_small_for_the_json_is_an_invalid_option(settings):
+    from docqa.components.mspr_agent import MIN_STEP_TOKENS
+
+    runtime = _runtime(settings, ScriptedChatGenerator())
+    with pytest.raises(InvalidOptionsError, match=f"max_tokens must be at least {MIN_STEP_TOKENS}"):
+        build_pipeline("mspr", runtime, max_tokens=MIN_STEP_TOKENS - 1)
+    assert build_pipeline("mspr", runtime, max_tokens=MIN_STEP_TOKENS).pipeline.get_component("agent").field_chars == 16
