@@ -482,6 +482,8 @@ class _Vocabulary(dict[str, int]):
         found = self.get(term)
         if found is None and self.base is not None:
             found = self.base.find(term)
+            if found is not None:
+                self[term] = found  # base ids never change; unknown terms are not remembered
         return found
 
     def term(self, term_id: int) -> str:
@@ -605,11 +607,17 @@ def _bm25_segment(
         hits, scores = hits[keep], scores[keep]
         by_row = np.argsort(hits, kind="stable")
         hits, scores = hits[by_row].astype(np.int32), scores[by_row]
-        for start, end, term_idf, _ in spans[taken:]:
+        for i in range(taken, len(spans)):
+            start, end, term_idf, _ = spans[i]
             rows = segment.indices[start:end]
             at = np.minimum(np.searchsorted(rows, hits), len(rows) - 1)
             found = np.flatnonzero(rows[at] == hits)
             scores[found] += segment.weights[start:end][at[found]] * term_idf
+            if len(hits) > top_k and i + 1 < len(spans):
+                # Partial scores only grow: prune again with the tighter bound of the terms still left.
+                threshold = max(threshold, float(np.partition(scores, len(scores) - top_k)[len(scores) - top_k]))
+                keep = scores + rest[i + 1] > threshold
+                hits, scores = hits[keep], scores[keep]
     return _top(segment.seqs[hits], scores, top_k)
 
 

@@ -171,7 +171,8 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
 
 def _map(path: Path) -> np.ndarray:
     try:
-        return np.load(path, mmap_mode="r")
+        # A plain ndarray view of the mapping: np.memmap's Python-level indexing costs microseconds per access.
+        return np.load(path, mmap_mode="r").view(np.ndarray)
     except ValueError:  # an empty array cannot be memory-mapped
         return np.load(path)
 
@@ -179,7 +180,7 @@ def _map(path: Path) -> np.ndarray:
 def _map_blob(path: Path) -> np.ndarray:
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=np.uint8)
-    return np.memmap(path, dtype=np.uint8, mode="r")
+    return np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
 
 
 def _table(gen: Path, name: str) -> StringTable:
@@ -243,7 +244,8 @@ def _load_generation(gen: Path, manifest: dict[str, Any], info: dict[str, Any]) 
         tf=_map(gen / "tf.npy"),
         doc_len=_map(gen / "doc_len.npy"),
         weights=_map(gen / "weights.npy"),
-        max_weights=_map(gen / "max_weights.npy"),
+        max_weights=(_map(gen / "max_weights.npy") if (gen / "max_weights.npy").exists()
+                     else column_maxima(_map(gen / "weights.npy"), _map(gen / "indptr.npy"))),
         dense=dense,
         term_ids=None,
         frozen=True,
