@@ -374,9 +374,10 @@ def _write_graph(
 
     graph = None
     previous = state.base_generation / f"dense-{dim}.usearch" if state.base_generation else None
-    if previous is not None and previous.exists():
+    base = state.segments[0] if state.segments and state.segments[0].frozen else None
+    if previous is not None and previous.exists() and base is not None and dim in base.dense:
         graph = Index.restore(str(previous), view=False)
-        old_keys = np.asarray(state.segments[0].seqs)[np.asarray(state.segments[0].dense[dim].positions)]
+        old_keys = np.asarray(base.seqs)[np.asarray(base.dense[dim].positions)]
         removed = np.setdiff1d(old_keys, seqs, assume_unique=True)
         if graph is None or len(removed) > REBUILD_REMOVED_FRACTION * max(len(old_keys), 1):
             graph = None

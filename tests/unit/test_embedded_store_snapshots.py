@@ -285,3 +285,27 @@ def test_two_processes_writing_with_snapshots_see_each_others_writes(tmp_path):
     reader = EmbeddedDocumentStore(path=path, snapshot_rows=None)
     assert sorted(d.id for d in reader.bm25_retrieval("shared topic", top_k=1000)) == wanted
     assert frozen_rows(reader) > 0
+
+
+def test_the_next_snapshot_updates_the_hnsw_graph_and_keeps_recall(tmp_path):
+    from tests.unit.test_embedded_store_ann import corpus as clustered
+    from tests.unit.test_embedded_store_ann import queries, recall
+
+    docs = clustered()
+    path = tmp_path / "s.sqlite3"
+    writer = store_at(path, ann_min_chunks=1000)
+    writer.write_documents(docs[:2500])
+    writer.compact()
+    writer.write_documents(docs[2500:])
+    writer.delete_documents([f"d{i}" for i in range(0, 2500, 50)])
+    writer.compact()
+    reader = store_at(path, ann_min_chunks=1000)
+    exact = store_at(tmp_path / "exact.sqlite3", ann_min_chunks=10**9)
+    exact.write_documents(reader.filter_documents())
+    block = reader._index.segments[0].dense[32]
+    assert block.ann_by_seq and len(block.ann) == len(docs) - 50  # new keys added, deleted ones removed
+    filters = {"field": "meta.tenant", "operator": "in", "value": ["t0", "t3"]}
+    found = [recall(exact.embedding_retrieval(q, top_k=10, filters=f), reader.embedding_retrieval(q, top_k=10,
+                                                                                                  filters=f))
+             for q in queries() for f in (None, filters)]
+    assert np.mean(found) >= 0.99
