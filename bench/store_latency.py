@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 from haystack import Document
+from haystack.document_stores.types import DuplicatePolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
 
@@ -87,9 +88,10 @@ def content(texts: list[str], i: int) -> str:
     return texts[base] if copy == 0 else f"{texts[base]} (copy {copy})"
 
 
-def corpus_batches(texts: list[str], n: int, batch: int = BATCH) -> Iterator[list[Document]]:
-    """The corpus of size n, `batch` Documents at a time (each batch's vectors drawn from its own seed)."""
-    for start in range(0, n, batch):
+def corpus_batches(texts: list[str], n: int, batch: int = BATCH, first: int = 0) -> Iterator[list[Document]]:
+    """The corpus of size n from Document `first` on, `batch` Documents at a time (each batch's vectors drawn from
+    its own seed, so a batch is the same whichever run writes it)."""
+    for start in range(first, n, batch):
         stop = min(start + batch, n)
         vectors = random_unit_vectors(stop - start, seed=start)
         docs = []
@@ -298,7 +300,8 @@ def write_visibility(store: EmbeddedDocumentStore, reader: WorkerProcess, label:
         time.sleep(0.05)  # let the poller settle into its loop
         meta = {"tenant": "bench", "access": ["everyone"]}
         started = time.time()
-        store.write_documents([Document(id=f"probe-{k}", content=f"{token} written by process A", meta=meta)])
+        probe = Document(id=f"probe-{k}", content=f"{token} written by process A", meta=meta)
+        store.write_documents([probe], policy=DuplicatePolicy.OVERWRITE)
         committed = time.time()
         seen = reader.expect("seen")["at"]
         after_commit.append(max(0.0, seen - committed))
@@ -316,7 +319,9 @@ def take_snapshot(store: EmbeddedDocumentStore, snapshot: Callable[[], object]) 
 
 
 def bench_embedded(
-    batches: Iterator[list[Document]],
+    texts: list[str],
+    n: int,
+    batch_size: int,
     queries: list[str],
     query_vectors: np.ndarray,
     workdir: Path,
@@ -328,9 +333,14 @@ def bench_embedded(
     snapshot = snapshot_method(store)
     write_s = snapshot_s = last_snapshot_s = 0.0
     written = since_snapshot = 0
-    for batch in batches:
+    # A kept store (--store-dir) of an interrupted run is completed from its last whole batch.
+    existing = store.count_documents()
+    first = min(n, existing - existing % batch_size)
+    if existing:
+        print(f"  embedded     {existing} chunks already in {store.path}: writing from chunk {first} on", flush=True)
+    for batch in corpus_batches(texts, n, batch_size, first):
         started = time.perf_counter()
-        written += store.write_documents(batch)
+        written += store.write_documents(batch, policy=DuplicatePolicy.OVERWRITE)
         write_s += time.perf_counter() - started
         since_snapshot += len(batch)
         if snapshot and (since_snapshot >= (compact_every or 0) > 0):
@@ -338,7 +348,7 @@ def bench_embedded(
             snapshot_s += last_snapshot_s
             since_snapshot = 0
     print(f"  embedded     write {written} chunks {write_s:6.1f} s", flush=True)
-    if snapshot and since_snapshot:
+    if snapshot and (since_snapshot or not written):  # a completed store may hold rows no snapshot has yet
         last_snapshot_s = take_snapshot(store, snapshot)
         snapshot_s += last_snapshot_s
     if snapshot:
@@ -434,6 +444,12 @@ def main() -> None:
         default=None,
         help="also run the store's snapshot step after every this many written chunks (bounds the writer's memory)",
     )
+    parser.add_argument(
+        "--store-dir",
+        type=Path,
+        default=None,
+        help="keep each size's store in DIR/N and complete an interrupted one on the next run (default: temp dirs)",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="where the store is written (default: a temp dir)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--queries-file", help=argparse.SUPPRESS)
@@ -465,15 +481,15 @@ def main() -> None:
     print("query embedding (MiniLM, one query)", percentiles(embedded["samples"]))
     for n in args.sizes:
         print(f"N = {n}  (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)", flush=True)
-        with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
-            bench_embedded(
-                corpus_batches(texts, n, args.batch),
-                queries,
-                query_vectors,
-                Path(workdir),
-                args.ann_min_chunks,
-                args.compact_every,
-            )
+        arguments = (texts, n, args.batch, queries, query_vectors)
+        if args.store_dir:
+            workdir = args.store_dir / str(n)
+            workdir.mkdir(parents=True, exist_ok=True)
+            bench_embedded(*arguments, workdir, args.ann_min_chunks, args.compact_every)
+            print(f"  the store is kept in {workdir}: delete it when done")
+        else:
+            with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+                bench_embedded(*arguments, Path(tmp), args.ann_min_chunks, args.compact_every)
         if not args.skip_bm25s:
             bench_bm25s(texts, n, queries)
         if n <= args.inmemory_max:
