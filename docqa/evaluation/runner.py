@@ -100,8 +100,10 @@ def score(record: EvalRecord, result: Any, question: EvalQuestion, words_of: Wor
           recall_k: int | None = None) -> None:
     """Fill a record's answer, scores and cost from a PipelineResult, whatever the strategy."""
     retrievals = [s for s in result.steps if s.kind == "retrieval"]
-    retrieved = [d["id"] for s in retrievals for d in s.outputs.get("documents", []) if isinstance(d, dict)]
-    generations = [s for s in result.steps if s.kind == "generation"]
+    # ConTReGen retrieves inside its tree expansion: one retrieval per tree node, the tree's passages together.
+    trees = [s for s in result.steps if s.kind == "tree_expansion"]
+    retrieved = [d["id"] for s in [*retrievals, *trees] for d in s.outputs.get("documents", []) if isinstance(d, dict)]
+    generations = [s for s in result.steps if s.kind in ("generation", "synthesis")]
     calls = generations[-1].outputs.get("llm_calls", []) if generations else []
     prompt = calls[-1].get("prompt", "") if calls and isinstance(calls[-1], dict) else ""
     record.prediction = result.answer or ""
@@ -115,7 +117,7 @@ def score(record: EvalRecord, result: Any, question: EvalQuestion, words_of: Wor
     if question.record_ids is not None:
         returned = [c.document_id for c in result.citations]
         record.record_precision, record.record_recall = set_precision_recall(returned, question.record_ids)
-    record.iterations = len(retrievals)
+    record.iterations = len(retrievals) + sum(1 for s in result.steps if s.kind == "tree_node")
     record.llm_calls = result.totals.llm_calls
     record.prompt_tokens = result.totals.prompt_tokens
     record.completion_tokens = result.totals.completion_tokens

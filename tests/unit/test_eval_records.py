@@ -214,3 +214,22 @@ def test_record_questions_are_summarised_by_their_records_not_by_answer_scores()
     # EM over the two questions with answers (the failed one counts 0), records over the one record question.
     assert standard["n"] == 3 and standard["em"] == 0.5 and standard["errors"] == 1
     assert (standard["record_precision"], standard["record_recall"]) == (0.2, 0.25)
+
+
+def test_a_tree_strategys_passages_and_nodes_are_scored():
+    from docqa.evaluation.datasets import EvalQuestion
+    from docqa.evaluation.runner import EvalRecord, score
+    from docqa.result import PipelineResult, Step
+
+    # ConTReGen's shape: no "retrieval" step; the tree expansion holds the passages, one node per sub-question.
+    result = PipelineResult("contregen", "Who?", "Ann [1]", steps=[
+        Step(0, "tree_expansion", "contre_tree_expander", outputs={"documents": [{"id": "d1"}, {"id": "d3"}]}),
+        Step(1, "tree_node", "contre_node 0", parent=0),
+        Step(2, "tree_node", "contre_node 0.1", parent=0),
+        Step(3, "synthesis", "contregen_synthesizer",
+             outputs={"llm_calls": [{"prompt": "first draft"}, {"prompt": "write the answer now"}]}),
+    ])
+    record = EvalRecord("contregen", "q", "Who?", ["Ann"])
+    score(record, result, EvalQuestion("q", "Who?", ("Ann",), supporting_ids=("d1", "d2")), None)
+    assert record.retrieved_ids == ["d1", "d3"] and record.support_recall == 0.5
+    assert record.iterations == 2 and record.words_to_generator == 4 and record.em == 1.0
