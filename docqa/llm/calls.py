@@ -260,7 +260,9 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
         candidates.append(text[start : end + 1])
     for candidate in candidates:
         try:
-            data = json.loads(candidate)
+            # Not strict: llama.cpp's JSON-schema grammar lets a string hold a raw newline or tab, which the
+            # strict decoder refuses, and a constrained step would then be lost for a line break in its text.
+            data = json.loads(candidate, strict=False)
         except (json.JSONDecodeError, ValueError):
             continue
         if isinstance(data, dict):

@@ -107,6 +107,8 @@ class TestParseJsonObject:
             ("[1, 2, 3]", None),
             ('"just a string"', None),
             ("{}", {}),
+            # What a grammar-constrained local model writes: a raw line break inside a string.
+            ('{ "thought": "Who?\nReply", "action": "answer"}', {"thought": "Who?\nReply", "action": "answer"}),
         ],
     )
     def test_extracts_an_object_or_none(self, text, expected):

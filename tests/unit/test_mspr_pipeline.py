@@ -577,3 +577,15 @@ def test_a_step_token_cap_too_small_for_the_json_is_an_invalid_option(settings):
     with pytest.raises(InvalidOptionsError, match=f"max_tokens must be at least {MIN_STEP_TOKENS}"):
         build_pipeline("mspr", runtime, max_tokens=MIN_STEP_TOKENS - 1)
     assert build_pipeline("mspr", runtime, max_tokens=MIN_STEP_TOKENS).pipeline.get_component("agent").field_chars == 16
+
+
+def test_a_step_with_a_line_break_in_its_thought_is_not_malformed():
+    # llama.cpp's grammar lets the 270M model put a raw newline in a string; the step is still valid JSON to it.
+    from docqa.components.mspr_agent import MSPRAgent
+    from docqa.components.mspr_state import MSPRState
+
+    reply = '{ "thought": "Who founded it?\nReply with JSON", "action": "search_primary", "action_input": "Acme"}'
+    llm = ScriptedChatGenerator(rules=[(AGENT, reply)])
+    decision = MSPRAgent(llm).run(state=MSPRState(question="Who founded Acme?", sources=(MAIN, ARCHIVE)))["decision"]
+    assert (decision["malformed"], decision["action"], decision["action_input"]) == (False, "search_primary", "Acme")
+    assert decision["thought"] == "Who founded it?\nReply with JSON"
