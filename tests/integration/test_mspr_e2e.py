@@ -86,6 +86,12 @@ def test_terminates_within_the_bounds_and_writes_every_step(runtime: Runtime, sa
             assert {d["id"] for d in step.outputs["documents"]} <= ids_of[step.outputs["source"]]
         agent_steps = [s for s in result.steps if s.name == "agent"]
         assert 1 <= len(agent_steps) <= (MAX_STEPS + MAX_REVIEWS) * 2
+        # Schema-constrained output always parses: every step is JSON naming one of the actions it was offered
+        # (its query may still be unusable, and then the question is searched).
+        for decision in (s.outputs["decision"] for s in agent_steps):
+            assert decision["action"] in decision["offered_actions"], decision
+        assert agent_steps[0].outputs["decision"]["offered_actions"] == ["search_primary"]
+        assert retrievals and retrievals[0].outputs["source"] == SOURCES[0]
         assert result.totals.llm_calls == sum(len(s.outputs.get("llm_calls", [])) for s in result.steps) > 0
         assert isinstance(result.answer, str)
         json.dumps(result.to_dict())
