@@ -60,7 +60,7 @@ def percentiles(samples: list[float]) -> str:
     return f"p50 {statistics.median(ms):7.2f} ms  p95 {p95:7.2f} ms  (n={len(ms)})"
 
 
-def worker(path: str, queries_file: str) -> None:
+def worker(path: str, queries_file: str, ann_min_chunks: int | None, dense_queries: int) -> None:
     from docqa.access import AccessScope
     from docqa.components.hybrid_retriever import reciprocal_rank_fusion
     from docqa.stores.embedded import EmbeddedDocumentStore
@@ -72,16 +72,16 @@ def worker(path: str, queries_file: str) -> None:
     queries, vectors = spec["queries"], spec["vectors"]
     imported = memory(os.getpid())
     started = time.perf_counter()
-    store = EmbeddedDocumentStore(path=path)
+    store = EmbeddedDocumentStore(path=path, ann_min_chunks=ann_min_chunks)
     store.bm25_retrieval(queries[0], top_k=TOP_K)
     opened = time.perf_counter() - started
     say(event="first_query", seconds=opened, since_process_start=time.time() - PROCESS_START,
         frozen=sum(s.size for s in store._index.segments if s.frozen),
         delta=sum(s.size for s in store._index.segments if not s.frozen))
 
-    def timed(fn: Any) -> list[float]:
+    def timed(fn: Any, count: int = len(queries)) -> list[float]:
         samples = []
-        for i in range(len(queries)):
+        for i in range(min(count, len(queries))):
             t = time.perf_counter()
             fn(i)
             samples.append(time.perf_counter() - t)
@@ -98,11 +98,12 @@ def worker(path: str, queries_file: str) -> None:
     first_dense = time.perf_counter() - first_dense
     samples = {
         "BM25": timed(lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K)),
-        "dense": timed(lambda i: store.embedding_retrieval(vectors[i], top_k=TOP_K)),
-        "hybrid": timed(hybrid),
+        "dense": timed(lambda i: store.embedding_retrieval(vectors[i], top_k=TOP_K), dense_queries),
+        "hybrid": timed(hybrid, dense_queries),
         "BM25+access": timed(lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K, filters=access)),
         "hybrid+access": timed(lambda i: (store.bm25_retrieval(queries[i], top_k=CANDIDATES, filters=access),
-                                          store.embedding_retrieval(vectors[i], top_k=CANDIDATES, filters=access))),
+                                          store.embedding_retrieval(vectors[i], top_k=CANDIDATES, filters=access)),
+                               dense_queries),
     }
     say(event="queries", samples=samples, first_dense=first_dense, imported=imported,
         after=memory(os.getpid()))
@@ -118,7 +119,7 @@ def worker(path: str, queries_file: str) -> None:
             result = {}
             for label, filters in (("none", None), ("access", access)):
                 found = []
-                for vector in vectors[:RECALL_QUERIES]:
+                for vector in vectors[: min(RECALL_QUERIES, dense_queries)]:
                     want = {d.id for d in exact.embedding_retrieval(vector, top_k=TOP_K, filters=filters)}
                     got = {d.id for d in store.embedding_retrieval(vector, top_k=TOP_K, filters=filters)}
                     found.append(len(want & got) / max(len(want), 1))
@@ -130,8 +131,11 @@ def worker(path: str, queries_file: str) -> None:
 
 
 class Worker:
-    def __init__(self, path: str, queries_file: Path) -> None:
-        command = [sys.executable, __file__, "--worker", "--path", path, "--queries-file", str(queries_file)]
+    def __init__(self, path: str, queries_file: Path, ann_min_chunks: int | None, dense_queries: int) -> None:
+        command = [sys.executable, __file__, "--worker", "--path", path, "--queries-file", str(queries_file),
+                   "--dense-queries", str(dense_queries)]
+        if ann_min_chunks is not None:
+            command += ["--ann-min-chunks", str(ann_min_chunks)]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def expect(self, event: str) -> dict[str, Any]:
@@ -176,11 +180,16 @@ def report(name: str, w: Worker) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--path", required=True, help="the store's SQLite file")
+    parser.add_argument("--ann-min-chunks", type=int, default=None,
+                        help="workers search exactly below this block size (default: the store's); set it above "
+                             "the corpus size for a snapshot written without an HNSW graph")
+    parser.add_argument("--dense-queries", type=int, default=200,
+                        help="dense and hybrid queries per set (exact dense search at 1M chunks is slow)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--queries-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.path, args.queries_file)
+        worker(args.path, args.queries_file, args.ann_min_chunks, args.dense_queries)
         return
 
     from haystack import Document
@@ -199,11 +208,11 @@ def main() -> None:
         queries_file.write_text(json.dumps({"queries": queries, "vectors": vectors}))
     print(f"store {args.path}, {len(queries)} queries, load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores", flush=True)
-    first = Worker(args.path, queries_file)
+    first = Worker(args.path, queries_file, args.ann_min_chunks, args.dense_queries)
     second = None
     try:
         report("worker 1", first)
-        second = Worker(args.path, queries_file)
+        second = Worker(args.path, queries_file, args.ann_min_chunks, args.dense_queries)
         report("worker 2", second)
         now = memory(first.process.pid)
         print(f"worker 1: now (2 workers) RssAnon {now['RssAnon']:7.0f} MB  Pss {now['Pss']:7.0f} MB", flush=True)
@@ -222,7 +231,7 @@ def main() -> None:
         print(f"write in this process -> visible to worker 2's polling BM25 query: {percentiles(delays)}")
         second.send("recall")
         recall = second.expect("recall")["recall"]
-        print(f"worker 2: dense recall@{TOP_K} vs exact over {RECALL_QUERIES} queries: "
+        print(f"worker 2: dense recall@{TOP_K} vs exact over {min(RECALL_QUERIES, args.dense_queries)} queries: "
               + ", ".join(f"{k} filter {v:.4f}" for k, v in recall.items()), flush=True)
         store.close()
     finally:
