@@ -79,12 +79,15 @@ def worker(path: str, queries_file: str, ann_min_chunks: int | None, dense_queri
         frozen=sum(s.size for s in store._index.segments if s.frozen),
         delta=sum(s.size for s in store._index.segments if not s.frozen))
 
-    def timed(fn: Any, count: int = len(queries)) -> list[float]:
-        samples = []
+    cpu: dict[str, list[float]] = {}
+
+    def timed(fn: Any, count: int = len(queries), label: str = "") -> list[float]:
+        samples, cpu[label] = [], []
         for i in range(min(count, len(queries))):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             fn(i)
             samples.append(time.perf_counter() - t)
+            cpu[label].append(time.process_time() - c)
         return samples
 
     def hybrid(i: int) -> None:
@@ -97,15 +100,15 @@ def worker(path: str, queries_file: str, ann_min_chunks: int | None, dense_queri
     store.embedding_retrieval(vectors[0], top_k=TOP_K)
     first_dense = time.perf_counter() - first_dense
     samples = {
-        "BM25": timed(lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K)),
+        "BM25": timed(lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K), label="BM25"),
         "dense": timed(lambda i: store.embedding_retrieval(vectors[i], top_k=TOP_K), dense_queries),
-        "hybrid": timed(hybrid, dense_queries),
+        "hybrid": timed(hybrid, dense_queries, label="hybrid"),
         "BM25+access": timed(lambda i: store.bm25_retrieval(queries[i], top_k=TOP_K, filters=access)),
         "hybrid+access": timed(lambda i: (store.bm25_retrieval(queries[i], top_k=CANDIDATES, filters=access),
                                           store.embedding_retrieval(vectors[i], top_k=CANDIDATES, filters=access)),
                                dense_queries),
     }
-    say(event="queries", samples=samples, first_dense=first_dense, imported=imported,
+    say(event="queries", samples=samples, cpu=cpu, first_dense=first_dense, imported=imported,
         after=memory(os.getpid()))
     for line in sys.stdin:
         command, _, token = line.strip().partition(" ")
@@ -168,6 +171,9 @@ def report(name: str, w: Worker) -> None:
     print(f"{name}: first dense query {done['first_dense']:.3f} s")
     for kind, samples in done["samples"].items():
         print(f"{name}: {kind:13} top-{TOP_K} {percentiles(samples)}")
+    for kind in ("BM25", "hybrid"):
+        # CPU time of this process: what a query costs when the machine is shared with other loads.
+        print(f"{name}: {kind:13} CPU time {percentiles(done['cpu'][kind])}")
     before, after, now = done["imported"], done["after"], memory(w.process.pid)
     print(f"{name}: after imports   RssAnon {before['RssAnon']:7.0f} MB  RssFile {before['RssFile']:6.0f} MB  "
           f"Pss {before['Pss']:7.0f} MB")
