@@ -243,18 +243,22 @@ class EmbeddedDocumentStore:
             self._epoch = -1  # start again from the new generation (catch-up maps it)
             self._dirty = True
         if self._dirty or version != self._data_version:
-            if conn.in_transaction:
-                self._catch_up(conn)
-            else:
-                conn.execute("BEGIN")
-                try:
-                    self._catch_up(conn)
-                finally:
-                    conn.execute("COMMIT")
+            self._catch_up_consistently(conn)
             self._data_version = version
             self._dirty = False
-            self._maybe_snapshot()
+            if self._maybe_snapshot():
+                self._catch_up_consistently(conn)  # start from the snapshot just written
         return self._index
+
+    def _catch_up_consistently(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            self._catch_up(conn)
+            return
+        conn.execute("BEGIN")
+        try:
+            self._catch_up(conn)
+        finally:
+            conn.execute("COMMIT")
 
     def _catch_up(self, conn: sqlite3.Connection) -> None:
         epoch = conn.execute("SELECT value FROM store_info WHERE key = 'epoch'").fetchone()[0]
@@ -312,18 +316,20 @@ class EmbeddedDocumentStore:
 
     # ---- snapshots -----------------------------------------------------------------------------------------
 
-    def _maybe_snapshot(self) -> None:
+    def _maybe_snapshot(self) -> bool:
+        """Start (or, not in background, write) a snapshot when enough is pending. :returns: whether one was
+        written in the foreground."""
         if self.snapshot_rows is None or self._index.pending_changes < self.snapshot_rows:
-            return
+            return False
         if self._compactor is not None and self._compactor.is_alive():
-            return
+            return False
         if not self.snapshot_in_background:
-            self.compact(wait=False)
-            return
+            return self.compact(wait=False) is not None
         self._compactor = threading.Thread(
             target=self._compact_quietly, name="docqa-index-snapshot", daemon=True
         )
         self._compactor.start()
+        return False
 
     def _compact_quietly(self) -> None:
         try:
@@ -372,7 +378,9 @@ class EmbeddedDocumentStore:
         finally:
             lock.release()
         with self._lock:
-            self._manifest_checked = 0.0  # switch to the new generation on the next query
+            if self._epoch == state.epoch:
+                # Start from the new generation on the next query: the in-memory delta it holds is freed.
+                self._epoch, self._dirty = -1, True
         return name
 
     def _refresh_without_snapshot(self) -> SearchIndex:
