@@ -51,7 +51,9 @@ def test_a_pasted_docqa_key_is_not_stored_in_clear(client, stack):
     response = client.post("/v1/query", headers=stack.auth("alice"),
                            json={"question": question, "pipeline": "resp", "options": {"max_iterations": 1}})
     assert response.status_code == 503, response.text
-    secret = key.rsplit("_", 1)[1]
+    # `dq_<key id>_<secret>`: the secret itself may hold `_`, so split after the key id, not at the last `_`
+    # (a short tail would match unrelated trace text by chance).
+    secret = key.split("_", 2)[2]
     assert client.get("/v1/traces", params={"text": secret}, headers=stack.auth("audrey")).json()["traces"] == []
     [listed] = client.get("/v1/traces", params={"text": "still valid for the quarterly"},
                           headers=stack.auth("audrey")).json()["traces"]
