@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     # The embedded store searches embeddings through an HNSW index (filters still exact) in index blocks of at
     # least this many chunks, exactly below.
     ann_min_chunks: int = Field(default=100_000, ge=0)
+    # A worker writes the shared, memory-mapped index snapshot once this many changes are pending (0: only
+    # `docqa store compact` writes one); below it every process indexes the difference from SQLite itself.
+    snapshot_rows: int = Field(default=50_000, ge=0)
 
     # Chunking.
     chunk_words: int = Field(default=200, ge=20)
@@ -116,6 +119,13 @@ class Settings(BaseSettings):
     web_search_url: str | None = None
     web_search_timeout_s: float = Field(default=5.0, gt=0, le=60)
     web_search_max_bytes: int = Field(default=1_000_000, ge=1000)
+    # Every web source's first results are read (0: keep only the search snippets): each page within the timeout
+    # and size, converted and chunked like an upload. Pages on loopback, private and link-local addresses are
+    # refused unless allowed, so that a search result cannot make the server read its own network.
+    web_fetch_pages: int = Field(default=3, ge=0, le=20)
+    web_fetch_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    web_fetch_max_bytes: int = Field(default=2_000_000, ge=1000)
+    web_fetch_allow_private: bool = False
 
     # ConTReGen: tree depth and sub-questions per plan (the paper: 2 and 5), and branches expanded or summarised
     # at once per question (each is one LLM request in flight: size it to what the endpoint serves in parallel).

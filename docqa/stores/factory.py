@@ -44,6 +44,7 @@ def build_document_store(settings: Settings, *, index: str | None = None) -> Any
             path=str(settings.store_dir() / STORE_FILE),
             embedding_space=_space(settings),
             ann_min_chunks=settings.ann_min_chunks,
+            snapshot_rows=settings.snapshot_rows or None,
         )
     from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
 

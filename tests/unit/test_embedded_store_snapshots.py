@@ -338,3 +338,19 @@ def test_the_next_snapshot_updates_the_hnsw_graph_and_keeps_recall(tmp_path):
                                                                                                   filters=f))
              for q in queries() for f in (None, filters)]
     assert np.mean(found) >= 0.99
+
+
+def test_the_snapshot_threshold_is_a_setting(tmp_path, monkeypatch):
+    from docqa.settings import Settings
+    from docqa.stores.factory import build_document_store
+
+    monkeypatch.setenv("DOCQA_SNAPSHOT_ROWS", "120")
+    store = build_document_store(Settings(data_dir=tmp_path))
+    assert store.snapshot_rows == 120
+    monkeypatch.setenv("DOCQA_SNAPSHOT_ROWS", "0")
+    # 0 leaves snapshots to `docqa store compact`: writes never start one.
+    store = build_document_store(Settings(data_dir=tmp_path))
+    assert store.snapshot_rows is None
+    store.snapshot_in_background = False
+    store.write_documents(corpus(200))
+    assert snapshot.read_manifest(snapshot.snapshot_dir(store.path)) is None
