@@ -12,6 +12,7 @@ from haystack.core.serialization import component_to_dict
 from docqa.access import collection_filter
 from docqa.components.haystack_web_search import WEB_PROVIDER_SOURCES, HaystackWebSearch
 from docqa.components.searxng_web_search import WEB_SOURCE
+from docqa.components.web_page_reader import WebPageReader
 
 COLLECTION_PREFIX = "collection:"
 
@@ -41,12 +42,15 @@ class MultiSourceRetriever:
     without one belong to `main`); it refuses to run without access filters (fail closed). The `web` source
     is a SearXNG-compatible endpoint, `web:serperdev` / `web:searchapi` Haystack's web search components
     (`web_searches`); their results are public, their failures give no documents and an `error`, never an
-    exception. Every output names the `source` searched.
+    exception. With a `page_reader` the pages behind the results of every web source are read and chunked like
+    uploads, and their best chunks replace the snippets; a page that cannot be read keeps its snippet and its
+    reason joins the `error` ("; "). Every output names the `source` searched.
 
     Usage example:
     ```python
     retriever = MultiSourceRetriever(retriever=runtime.retriever(5), sources=["collection:main", "web"],
-                                     web_search=SearxngWebSearch(url="http://searxng:8080/search"))
+                                     web_search=SearxngWebSearch(url="http://searxng:8080/search"),
+                                     page_reader=WebPageReader(max_pages=3))
     out = retriever.run(query="Acme founder", source="collection:main", filters=restrict(scope, None))
     out["documents"], out["source"], out["error"]
     ```
@@ -55,13 +59,15 @@ class MultiSourceRetriever:
     step_kind = "retrieval"
 
     def __init__(self, retriever: Any, sources: list[str], web_search: Any | None = None, top_k: int = 5,
-                 web_searches: dict[str, HaystackWebSearch] | None = None) -> None:
+                 web_searches: dict[str, HaystackWebSearch] | None = None,
+                 page_reader: WebPageReader | None = None) -> None:
         """
         :param retriever: Component with `run(query, filters, top_k) -> {"documents"}` (the hybrid retriever).
         :param sources: The configured sources, in order of preference.
         :param web_search: Component with `run(query, top_k) -> {"documents", "error"}`; required for `web`.
         :param top_k: Passages per retrieval.
         :param web_searches: The `HaystackWebSearch` of each `web:PROVIDER` source; required for those.
+        :param page_reader: Reads the pages of web results (None keeps the search snippets).
         """
         self.sources = list(parse_sources(sources))
         if WEB_SOURCE in self.sources and web_search is None:
@@ -75,6 +81,7 @@ class MultiSourceRetriever:
         self.retriever = retriever
         self.web_search = web_search
         self.top_k = top_k
+        self.page_reader = page_reader
 
     def warm_up(self) -> None:
         if hasattr(self.retriever, "warm_up"):
@@ -93,7 +100,11 @@ class MultiSourceRetriever:
         if source == WEB_SOURCE or source in WEB_PROVIDER_SOURCES:
             search = self.web_search if source == WEB_SOURCE else self.web_searches[source]
             out = search.run(query=query, top_k=self.top_k)
-            return {"documents": out["documents"], "source": source, "error": out.get("error")}
+            documents, errors = out["documents"], [out.get("error")]
+            if self.page_reader is not None and documents:
+                read = self.page_reader.run(query=query, documents=documents, top_k=self.top_k)
+                documents, errors = read["documents"], [*errors, *read["errors"]]
+            return {"documents": documents, "source": source, "error": "; ".join(e for e in errors if e) or None}
         if not filters:
             raise ValueError("a collection source needs the caller's access filters")
         scoped = {"operator": "AND", "conditions": [filters, collection_filter(source[len(COLLECTION_PREFIX):])]}
@@ -108,6 +119,7 @@ class MultiSourceRetriever:
             web_search=component_to_dict(self.web_search, "web_search") if self.web_search is not None else None,
             top_k=self.top_k,
             web_searches={source: search.to_dict() for source, search in self.web_searches.items()},
+            page_reader=component_to_dict(self.page_reader, "page_reader") if self.page_reader is not None else None,
         )
 
     @classmethod

@@ -15,7 +15,8 @@ Sources come from DOCQA_MSPR_SOURCES (`collection:NAME`, `web`, `web:serperdev`,
 preference; the caller may pick and order a subset (`sources` option). Collections are read through the
 caller's access filters AND'ed with the collection; web results (`web`: the SearXNG-compatible
 DOCQA_WEB_SEARCH_URL; `web:serperdev` / `web:searchapi`: Haystack's web search components, keys in
-SERPERDEV_API_KEY / SEARCHAPI_API_KEY) are public and cited with `source: web`.
+SERPERDEV_API_KEY / SEARCHAPI_API_KEY) are public and cited with `source: web`; the pages of the first
+DOCQA_WEB_FETCH_PAGES results are read, converted and chunked like uploads (`WebPageReader`).
 
 Usage:
     pipeline = build_pipeline("mspr", runtime, max_steps=5, max_reviews=1)
@@ -40,6 +41,7 @@ from docqa.components.observation_refiner import ObservationRefiner
 from docqa.components.prompt_templates import load_prompt, prompt_fingerprint
 from docqa.components.searxng_web_search import WEB_SOURCE, SearxngWebSearch
 from docqa.components.source_preference_judge import SourcePreferenceJudge
+from docqa.components.web_page_reader import WebPageReader
 from docqa.errors import ConfigurationError, InvalidOptionsError
 from docqa.llm.role_generator import RoleChatGenerator
 from docqa.pipelines.haystack_strategy import HaystackStrategy
@@ -133,6 +135,17 @@ def _provider_search(source: str, top_k: int) -> HaystackWebSearch:
         raise ConfigurationError(f"DOCQA_MSPR_SOURCES lists `{source}` but {exc}") from None
 
 
+def _page_reader(settings: Any, sources: tuple[str, ...], top_k: int) -> WebPageReader | None:
+    """Reads the pages behind web results with the upload chunking; None without a web source or with
+    DOCQA_WEB_FETCH_PAGES=0."""
+    if settings.web_fetch_pages < 1 or not any(s == WEB_SOURCE or s in WEB_PROVIDER_SOURCES for s in sources):
+        return None
+    return WebPageReader(max_pages=settings.web_fetch_pages, timeout_s=settings.web_fetch_timeout_s,
+                         max_bytes=settings.web_fetch_max_bytes, top_k=top_k, chunk_words=settings.chunk_words,
+                         overlap_words=settings.chunk_overlap_words,
+                         allow_private_addresses=settings.web_fetch_allow_private)
+
+
 def _role(runtime: Runtime, role: str) -> RoleChatGenerator:
     # The YAML names the role, never an endpoint (see RoleChatGenerator).
     return RoleChatGenerator(role, runtime.chat_generator(role))
@@ -173,7 +186,8 @@ def build_mspr(runtime: Runtime, top_k: int | None = None, max_steps: int | None
                         max_tokens=max_tokens),
         retriever=MultiSourceRetriever(runtime.retriever(top_k), sources=list(chosen), web_search=web, top_k=top_k,
                                        web_searches={s: _provider_search(s, top_k) for s in chosen
-                                                     if s in WEB_PROVIDER_SOURCES}),
+                                                     if s in WEB_PROVIDER_SOURCES},
+                                       page_reader=_page_reader(settings, chosen, top_k)),
         refiner=ObservationRefiner(_role(runtime, "summarizer"),
                                    prompt_template=load_prompt("mspr_refine", prompts), enabled=refine),
         judge=SourcePreferenceJudge(_role(runtime, "grader"),

@@ -8,8 +8,9 @@ Simple lexical rules, cheap and explainable in the trace; no LLM call is spent o
 
 When the deployment configured several sources for `mspr` (DOCQA_MSPR_SOURCES set, two or more sources),
 multi-hop questions go to `mspr`, which searches the primary source first and moves on when it stops helping;
-so do simple questions when one source is `web`, which no single-round retrieval reaches. The built-in default
-(main, then archive) does not count: every store-backed strategy already searches both collections at once.
+so do simple questions when one source is the web (`web` or `web:PROVIDER`), which no single-round retrieval
+reaches. The built-in default (main, then archive) does not count: every store-backed strategy already searches
+both collections at once.
 
 Usage:
     choice = choose_pipeline("Who directed the film that won ...?", ["standard", "resp"])
@@ -26,6 +27,7 @@ from typing import Any
 
 MSPR = "mspr"
 WEB_SOURCE = "web"
+WEB_PROVIDER_PREFIX = "web:"
 
 MULTI_HOP_CUES = (
     "both", "either", "neither", "compare", "compared", "same", "older", "younger", "earlier", "later",
@@ -83,6 +85,11 @@ def multi_sources(settings: Any) -> tuple[str, ...]:
         return ()
 
 
+def is_web_source(source: str) -> bool:
+    """`web` (SearXNG) or `web:PROVIDER` (Haystack's web search components)."""
+    return source == WEB_SOURCE or source.startswith(WEB_PROVIDER_PREFIX)
+
+
 def _prefers_mspr(question_type: str, sources: Sequence[str]) -> str | None:
     """Why `mspr` comes first for this question type and these sources, or None."""
     if len(sources) < 2:
@@ -90,7 +97,7 @@ def _prefers_mspr(question_type: str, sources: Sequence[str]) -> str | None:
     listed = f"{len(sources)} sources configured ({', '.join(sources)})"
     if question_type == "multi_hop":
         return listed
-    if question_type == "simple" and WEB_SOURCE in sources:
+    if question_type == "simple" and any(is_web_source(source) for source in sources):
         return f"{listed}, the web among them"
     return None
 

@@ -39,6 +39,15 @@ def test_simple_questions_go_to_mspr_only_when_the_web_is_a_source():
     assert choose_pipeline("Summarize the expense policy.", ALL, sources=("collection:main", "web")).name == "atrag"
 
 
+@pytest.mark.parametrize("web", ["web:serperdev", "web:searchapi"])
+def test_a_provider_web_source_counts_as_the_web(web):
+    choice = choose_pipeline(SIMPLE, ALL, sources=("collection:main", web))
+    assert choice.name == "mspr"
+    assert f"2 sources configured (collection:main, {web}), the web among them" in choice.reason
+    # A collection whose name starts like a web source is still a collection.
+    assert choose_pipeline(SIMPLE, ALL, sources=("collection:main", "collection:web")).name == "standard"
+
+
 def test_only_an_explicit_valid_source_list_counts(tmp_path, monkeypatch):
     monkeypatch.delenv("DOCQA_MSPR_SOURCES", raising=False)
     assert multi_sources(Settings(data_dir=tmp_path)) == ()  # the built-in main + archive default

@@ -22,6 +22,7 @@ from docqa.components.mspr_controller import (
     STOP_REVIEW_PASSED,
 )
 from docqa.components.searxng_web_search import SearxngWebSearch
+from docqa.components.web_page_reader import chunk_document_id
 from docqa.errors import ConfigurationError, InvalidOptionsError
 from docqa.pipelines.mspr import MSPRPipeline
 from docqa.pipelines.registry import build_pipeline
@@ -448,7 +449,8 @@ class TestWebSource:
         assert out["documents"] == [] and "larger than" in out["error"]
 
     def test_mspr_switches_to_the_web_and_cites_it_as_public(self, settings, search_server):
-        settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}",
+        # Snippets only: the result URLs are not served here.
+        settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}", "web_fetch_pages": 0,
                                                "web_search_url": search_server(_searx)})
         llm = ScriptedChatGenerator(rules=[
             (AGENT, [step("search_primary", "acme founded"), step("search_primary", "acme founding year"),
@@ -461,6 +463,62 @@ class TestWebSource:
         web_citations = [c for c in result.citations if c.source == "web"]
         assert web_citations and "1962" in web_citations[0].snippet
         assert result.answer == "1962" and result.stop_reason == STOP_REVIEW_PASSED
+
+    def test_the_pages_of_web_results_are_read_and_their_best_chunk_is_the_observation(self, settings,
+                                                                                        search_server):
+        answer = "The Zephyr footbridge over the Tall river was designed by the engineer Marta Lindqvist."
+        filler = "Riverside walks are popular with visitors and the council maintains benches along the water. "
+        page = (f"<html><head><title>Bridges</title></head><body><article><p>{filler * 26}</p><p>{answer}</p>"
+                f"<p>{filler * 10}</p></article></body></html>").encode()
+
+        def site(handler: BaseHTTPRequestHandler) -> None:
+            base = f"http://{handler.headers['Host']}"
+            if handler.path.startswith("/search"):
+                _reply(json.dumps({"results": [
+                    {"url": f"{base}/bridges.html", "title": "Bridges of Tallmark", "content": "Riverside walks."},
+                    {"url": f"{base}/missing.html", "title": "Missing", "content": "A page that is gone."},
+                ]}).encode())(handler)
+            elif handler.path == "/bridges.html":
+                _reply(page, "text/html; charset=utf-8")(handler)
+            else:
+                handler.send_error(404)
+
+        search_url = search_server(site)
+        page_url = search_url.replace("/search", "/bridges.html")
+        settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}", "web_search_url": search_url,
+                                               "web_fetch_allow_private": True, "web_fetch_timeout_s": 2.0})
+        llm = ScriptedChatGenerator(rules=[
+            (AGENT, [step("search_primary", "zephyr footbridge designer"),
+                     step("search_primary", "who designed the zephyr footbridge"), step("answer", "Marta Lindqvist")]),
+            (PREFER, "No"), (REVIEW, "Yes"),
+        ], default="Short summary.")
+        result = _run(settings, llm, question="Who designed the Zephyr footbridge?", top_k=2)
+
+        assert [source for source, _ in _retrievals(result)] == [MAIN, WEB]
+        web = _steps(result, "retriever")[1]
+        # The trace keeps a document's id, source and start; the ids say which page chunk it was.
+        chunk_ids = {chunk_document_id(page_url, index) for index in range(5)}
+        assert [d["id"] in chunk_ids for d in web.outputs["documents"]] == [True, True]
+        assert web.outputs["documents"][0]["source"] == "web"
+        assert web.outputs["error"].endswith("/missing.html: HTTP 404")
+        assert answer in _calls(llm, AGENT)[2]["prompt"]  # the read chunk, not the snippet, is the observation
+        assert any(c.source == "web" and c.document_id in chunk_ids for c in result.citations)
+
+    def test_page_reading_follows_the_settings(self, settings):
+        settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}", "web_search_url": "http://s/search",
+                                               "web_fetch_pages": 2, "web_fetch_timeout_s": 1.5,
+                                               "web_fetch_max_bytes": 5000, "chunk_words": 50,
+                                               "chunk_overlap_words": 5})
+        reader = build_pipeline("mspr", _runtime(settings, ScriptedChatGenerator()), top_k=3).pipeline.get_component(
+            "retriever").page_reader
+        assert (reader.max_pages, reader.timeout_s, reader.max_bytes, reader.top_k, reader.chunk_words,
+                reader.overlap_words, reader.allow_private_addresses) == (2, 1.5, 5000, 3, 50, 5, False)
+        off = settings.model_copy(update={"web_fetch_pages": 0})
+        assert build_pipeline("mspr", _runtime(off, ScriptedChatGenerator())).pipeline.get_component(
+            "retriever").page_reader is None
+        collections = settings.model_copy(update={"mspr_sources": f"{MAIN},{ARCHIVE}"})
+        assert build_pipeline("mspr", _runtime(collections, ScriptedChatGenerator())).pipeline.get_component(
+            "retriever").page_reader is None
 
     @pytest.mark.parametrize("behaviour", [_slow, _reply(b"garbage")])
     def test_a_failing_web_source_is_an_empty_observation_with_its_error(self, settings, search_server, behaviour):
