@@ -61,6 +61,9 @@ ANN_M = 16
 ANN_EF_CONSTRUCTION = 100
 ANN_EF_SEARCH = 128
 ANN_OVERFETCH = 3.0
+# The graph holds its own copy of the vectors; int8 makes it a quarter of the float32 size and builds about twice
+# as fast, and candidates are rescored exactly against the float32 matrix, so only the candidate set is approximate.
+ANN_DTYPE = "i8"
 ANN_MIN_FRACTION = 0.05
 ANN_SYNC_BUILD_MAX = 20_000
 ANN_BUILD_THREADS = 2
@@ -717,7 +720,7 @@ def build_hnsw(matrix: np.ndarray, keys: np.ndarray | None = None, threads: int 
     from usearch.index import Index
 
     size, dim = matrix.shape
-    index = Index(ndim=dim, metric="ip", dtype="f32", connectivity=ANN_M, expansion_add=ANN_EF_CONSTRUCTION)
+    index = Index(ndim=dim, metric="ip", dtype=ANN_DTYPE, connectivity=ANN_M, expansion_add=ANN_EF_CONSTRUCTION)
     if size:
         index.add(np.arange(size) if keys is None else keys, np.ascontiguousarray(matrix), threads=threads)
     return index
