@@ -38,7 +38,6 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 import argparse
 import itertools
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,7 @@ from haystack.document_stores.types import DuplicatePolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
 
+from bench.child_process import JsonLineChild, memory_kb, percentiles
 from docqa.access import AccessScope
 from docqa.components.hybrid_retriever import reciprocal_rank_fusion
 from docqa.stores.embedded import EmbeddedDocumentStore
@@ -109,12 +109,6 @@ def corpus(texts: list[str], n: int) -> list[Document]:
     return list(itertools.chain.from_iterable(corpus_batches(texts, n)))
 
 
-def percentiles(samples: list[float]) -> str:
-    ms = sorted(s * 1000 for s in samples)
-    p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
-    return f"p50 {statistics.median(ms):8.2f} ms  p95 {p95:8.2f} ms  (n={len(ms)})"
-
-
 def timed(fn: Callable[[int], object], count: int) -> list[float]:
     samples = []
     for i in range(count):
@@ -124,22 +118,8 @@ def timed(fn: Callable[[int], object], count: int) -> list[float]:
     return samples
 
 
-def memory(pid: int) -> dict[str, int]:
-    """VmRSS, RssAnon, RssFile, RssShmem (status) and Pss, Pss_Anon, Pss_File (smaps_rollup) of a process, in kB."""
-    found: dict[str, int] = {}
-    for name, keys in (
-        ("status", ("VmRSS", "RssAnon", "RssFile", "RssShmem")),
-        ("smaps_rollup", ("Pss", "Pss_Anon", "Pss_File")),
-    ):
-        for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in keys:
-                found[key] = int(value.split()[0])
-    return found
-
-
 def memory_line(pid: int) -> str:
-    m = memory(pid)
+    m = memory_kb(pid)
     mb = {k: v / 1024 for k, v in m.items()}
     return (
         f"RSS {mb['VmRSS']:7.0f} MB  RssAnon (private) {mb['RssAnon']:7.0f} MB  RssFile {mb['RssFile']:6.0f} MB  "
@@ -195,7 +175,7 @@ def worker(store_path: str, queries_file: str, ann_min_chunks: int | None, wait_
 
     spec = json.loads(Path(queries_file).read_text())
     queries, query_vectors = spec["queries"], np.asarray(spec["vectors"], dtype=np.float32)
-    before = memory(os.getpid())
+    before = memory_kb(os.getpid())
     started = time.perf_counter()
     store = EmbeddedDocumentStore(path=store_path, ann_min_chunks=ann_min_chunks)
     store.bm25_retrieval(queries[0], top_k=TOP_K)
@@ -229,7 +209,9 @@ def worker(store_path: str, queries_file: str, ann_min_chunks: int | None, wait_
     store.close()
 
 
-class WorkerProcess:
+class WorkerProcess(JsonLineChild):
+    """A reader worker of this script (`--worker`), timed from its start."""
+
     def __init__(self, store_path: str, queries_file: Path, ann_min_chunks: int | None, wait_ann: bool) -> None:
         command = [sys.executable, __file__, "--worker", store_path, "--queries-file", str(queries_file)]
         if ann_min_chunks is not None:
@@ -237,31 +219,7 @@ class WorkerProcess:
         if wait_ann:
             command.append("--wait-ann")
         self.started = time.perf_counter()
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def expect(self, event: str) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"a worker exited (code {self.process.wait()}) before '{event}'")
-        message = json.loads(line)
-        if message.get("event") != event:
-            raise RuntimeError(f"a worker said {message}, expected '{event}'")
-        return message
-
-    def send(self, line: str) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.send("exit")
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        super().__init__(command)
 
 
 def run_worker(name: str, worker_process: WorkerProcess, label: str) -> None:
@@ -281,7 +239,7 @@ def run_worker(name: str, worker_process: WorkerProcess, label: str) -> None:
         print(f"  {label} {name}: {kind:6} top-{TOP_K}", percentiles(samples), dense)
     pid = worker_process.process.pid
     print(f"  {label} {name}: memory after the query set: {memory_line(pid)}")
-    before, after = first["memory_before"], memory(pid)
+    before, after = first["memory_before"], memory_kb(pid)
     print(
         f"  {label} {name}: added by the store (after the query set - before opening it; imports excluded): "
         f"RSS {(after['VmRSS'] - before['VmRSS']) / 1024:7.0f} MB  "

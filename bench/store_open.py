@@ -24,8 +24,6 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +35,8 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
 
+from bench.child_process import JsonLineChild, memory_kb, percentiles  # noqa: E402
+
 TOP_K = 10
 CANDIDATES = 20
 VISIBILITY_WRITES = 20
@@ -44,20 +44,8 @@ RECALL_QUERIES = 50
 
 
 def memory(pid: int) -> dict[str, float]:
-    """VmRSS, RssAnon, RssFile (status) and Pss (smaps_rollup) of a process, in MB."""
-    found: dict[str, float] = {}
-    for name, keys in (("status", ("VmRSS", "RssAnon", "RssFile")), ("smaps_rollup", ("Pss",))):
-        for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in keys:
-                found[key] = int(value.split()[0]) / 1024
-    return found
-
-
-def percentiles(samples: list[float]) -> str:
-    ms = sorted(s * 1000 for s in samples)
-    p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
-    return f"p50 {statistics.median(ms):7.2f} ms  p95 {p95:7.2f} ms  (n={len(ms)})"
+    """memory_kb in MB."""
+    return {key: value / 1024 for key, value in memory_kb(pid).items()}
 
 
 def worker(path: str, queries_file: str, ann_min_chunks: int | None, dense_queries: int) -> None:
@@ -133,36 +121,15 @@ def worker(path: str, queries_file: str, ann_min_chunks: int | None, dense_queri
     store.close()
 
 
-class Worker:
-    def __init__(self, path: str, queries_file: Path, ann_min_chunks: int | None, dense_queries: int) -> None:
-        command = [sys.executable, __file__, "--worker", "--path", path, "--queries-file", str(queries_file),
-                   "--dense-queries", str(dense_queries)]
-        if ann_min_chunks is not None:
-            command += ["--ann-min-chunks", str(ann_min_chunks)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def expect(self, event: str) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker exited (code {self.process.wait()}) before '{event}'")
-        message = json.loads(line)
-        if message.get("event") != event:
-            raise RuntimeError(f"worker said {message}, expected '{event}'")
-        return message
-
-    def send(self, line: str) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.send("exit")
-            self.process.wait(timeout=60)
+def start_worker(path: str, queries_file: Path, ann_min_chunks: int | None, dense_queries: int) -> JsonLineChild:
+    command = [sys.executable, __file__, "--worker", "--path", path, "--queries-file", str(queries_file),
+               "--dense-queries", str(dense_queries)]
+    if ann_min_chunks is not None:
+        command += ["--ann-min-chunks", str(ann_min_chunks)]
+    return JsonLineChild(command, exit_timeout_s=60)
 
 
-def report(name: str, w: Worker) -> None:
+def report(name: str, w: JsonLineChild) -> None:
     first = w.expect("first_query")
     print(f"{name}: open + first BM25 answer {first['seconds']:.3f} s ({first['since_process_start']:.2f} s from "
           f"process start, imports included); snapshot rows {first['frozen']}, in-memory delta {first['delta']}",
@@ -214,11 +181,11 @@ def main() -> None:
         queries_file.write_text(json.dumps({"queries": queries, "vectors": vectors}))
     print(f"store {args.path}, {len(queries)} queries, load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores", flush=True)
-    first = Worker(args.path, queries_file, args.ann_min_chunks, args.dense_queries)
+    first = start_worker(args.path, queries_file, args.ann_min_chunks, args.dense_queries)
     second = None
     try:
         report("worker 1", first)
-        second = Worker(args.path, queries_file, args.ann_min_chunks, args.dense_queries)
+        second = start_worker(args.path, queries_file, args.ann_min_chunks, args.dense_queries)
         report("worker 2", second)
         now = memory(first.process.pid)
         print(f"worker 1: now (2 workers) RssAnon {now['RssAnon']:7.0f} MB  Pss {now['Pss']:7.0f} MB", flush=True)
