@@ -7,8 +7,11 @@ twice leaves one identical copy (idempotent). After each written batch the last 
 in a checkpoint file (per target and tenant): an interrupted copy resumes after the last completed batch, and a
 rerun copies only what was written or changed since (an overwrite or metadata update re-inserts a chunk under a
 new sequence number, so it is copied again). A crash between a batch's write and its checkpoint only means that
-batch is written again. Deletions are not propagated: `restart` copies everything again, but chunks deleted from
-the source stay in the target until deleted there.
+batch is written again. Deletions follow the copy: the embedded store logs the id and tenant of every deleted chunk
+(`deleted_ids`), and after the chunks each run deletes from the target the tenant's ids logged since its last run
+that the source no longer holds (an overwrite logs a deletion too, but its id is still in the source, so it stays).
+Deletions made before the store had that log (docqa versions before it) are not known; `restart` re-applies every
+logged deletion.
 
 The target is any Haystack DocumentStore (tests copy into a second embedded store).
 
@@ -65,12 +68,24 @@ class Checkpoints:
     def get(self, target: str, tenant: str) -> dict[str, Any] | None:
         return self._read().get(target, {}).get(tenant)
 
-    def set(self, target: str, tenant: str, last_seq: int, copied: int) -> None:
+    def set(
+        self,
+        target: str,
+        tenant: str,
+        last_seq: int,
+        copied: int,
+        last_deletion: int | None = None,
+        deleted: int | None = None,
+    ) -> None:
+        """Save progress; `last_deletion`/`deleted` left as None keep their saved values."""
         with self._locked():
             data = self._read()
-            data.setdefault(target, {})[tenant] = {
+            saved = data.setdefault(target, {}).get(tenant) or {}
+            data[target][tenant] = {
                 "last_seq": last_seq,
                 "copied": copied,
+                "last_deletion": saved.get("last_deletion", 0) if last_deletion is None else last_deletion,
+                "deleted": saved.get("deleted", 0) if deleted is None else deleted,
                 "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
             }
             tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
@@ -122,6 +137,44 @@ def tenant_batches(
                 return
             after_seq = rows[-1][0]
             yield after_seq, [_document(row, return_embedding=True) for row in rows]
+    finally:
+        conn.close()
+
+
+def tenant_deletions(
+    source: EmbeddedDocumentStore, tenant: str, after_log: int, batch_size: int
+) -> Iterator[tuple[int, list[str]]]:
+    """Ids of the tenant's chunks deleted after log entry `after_log` and absent from the source now, in log order,
+    as (last log entry, ids); a batch may be empty when every id in it was written again."""
+    conn = sqlite3.connect(source.path, timeout=60)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'deleted_ids'").fetchone():
+            return  # a store written by a version without the log: its deletions are unknown
+        while True:
+            # Reading the log and the ids still present in one transaction: a chunk re-written meanwhile is seen.
+            conn.execute("BEGIN")
+            try:
+                rows = conn.execute(
+                    "SELECT log_seq, id FROM deleted_ids WHERE log_seq > ? AND tenant = ? ORDER BY log_seq LIMIT ?",
+                    (after_log, tenant, batch_size),
+                ).fetchall()
+                ids = list(dict.fromkeys(row[1] for row in rows))
+                present = (
+                    {
+                        row[0]
+                        for row in conn.execute(
+                            f"SELECT id FROM documents WHERE id IN ({','.join('?' * len(ids))})", ids
+                        ).fetchall()
+                    }
+                    if ids
+                    else set()
+                )
+            finally:
+                conn.execute("COMMIT")
+            if not rows:
+                return
+            after_log = rows[-1][0]
+            yield after_log, [i for i in ids if i not in present]
     finally:
         conn.close()
 
@@ -187,7 +240,9 @@ class TenantStoreCopier:
         params["target"] = import_class_by_name(params["target"]["type"]).from_dict(params["target"])
         return default_from_dict(cls, {**data, "init_parameters": params})
 
-    @component.output_types(copied=int, batches=int, resumed_after=int, last_seq=int, total_copied=int)
+    @component.output_types(
+        copied=int, batches=int, resumed_after=int, last_seq=int, total_copied=int, deleted=int, last_deletion=int
+    )
     def run(self, tenant: str, restart: bool = False, on_batch: BatchCallback | None = None) -> dict[str, int]:
         """Copy the tenant's chunks written since the last completed batch (all of them with `restart`).
 
@@ -195,7 +250,8 @@ class TenantStoreCopier:
         :param restart: forget the checkpoint and copy everything again (overwriting identical copies).
         :param on_batch: called after each batch is written and checkpointed, e.g. to print progress.
         :returns: copied (this run), batches (this run), resumed_after (the sequence number the run started
-            after), last_seq (checkpointed now) and total_copied (since the last restart).
+            after), last_seq (checkpointed now), total_copied (since the last restart), deleted (ids deleted from
+            the target this run) and last_deletion (the deletion log entry checkpointed now).
         """
         if not tenant:
             raise ValueError("tenant must be a non-empty string")
@@ -204,7 +260,9 @@ class TenantStoreCopier:
         saved = self.checkpoints.get(self.target_name, tenant) or {}
         resumed_after = last_seq = int(saved.get("last_seq", 0))
         total = int(saved.get("copied", 0))
-        copied = batches = 0
+        deleted_after = last_deletion = int(saved.get("last_deletion", 0))
+        total_deleted = int(saved.get("deleted", 0))
+        copied = batches = deleted = 0
         for last_seq, documents in tenant_batches(self.source, tenant, resumed_after, self.batch_size):
             self.target.write_documents(documents, policy=DuplicatePolicy.OVERWRITE)
             copied += len(documents)
@@ -213,12 +271,22 @@ class TenantStoreCopier:
             self.checkpoints.set(self.target_name, tenant, last_seq, total)
             if on_batch is not None:
                 on_batch(len(documents), last_seq)
+        # After the chunks, so an id deleted and written again since the last run is already back in the source
+        # and is kept.
+        for last_deletion, ids in tenant_deletions(self.source, tenant, deleted_after, self.batch_size):
+            if ids:
+                self.target.delete_documents(ids)
+            deleted += len(ids)
+            total_deleted += len(ids)
+            self.checkpoints.set(self.target_name, tenant, last_seq, total, last_deletion, total_deleted)
         return {
             "copied": copied,
             "batches": batches,
             "resumed_after": resumed_after,
             "last_seq": last_seq,
             "total_copied": total,
+            "deleted": deleted,
+            "last_deletion": last_deletion,
         }
 
 
@@ -274,8 +342,8 @@ def cmd_store_copy(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         source.close()
     print(
-        f"copied {result['copied']} chunks in {result['batches']} batches; "
-        f"{result['total_copied']} copied for this tenant and target since the last restart"
+        f"copied {result['copied']} chunks in {result['batches']} batches and deleted {result['deleted']} chunks "
+        f"deleted from the source; {result['total_copied']} copied for this tenant and target since the last restart"
     )
     return 0
 

@@ -86,6 +86,17 @@ _SCHEMA = (
     BEGIN
         INSERT INTO deletions (doc_seq) VALUES (old.seq);
     END""",
+    # Which chunk ids were deleted, per tenant, so a copy to another store (`docqa store copy`) can delete them
+    # there too; `deletions` holds only sequence numbers, which mean nothing outside this store.
+    """CREATE TABLE IF NOT EXISTS deleted_ids (
+        log_seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL,
+        tenant TEXT
+    )""",
+    """CREATE TRIGGER IF NOT EXISTS documents_deleted_ids AFTER DELETE ON documents
+    BEGIN
+        INSERT INTO deleted_ids (id, tenant) VALUES (old.id, json_extract(old.meta, '$.tenant'));
+    END""",
     "CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
     "INSERT OR IGNORE INTO store_info (key, value) VALUES ('epoch', 0)",
     "CREATE TABLE IF NOT EXISTS store_text (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -265,7 +276,10 @@ class EmbeddedDocumentStore:
         loaded = None
         if epoch != self._epoch:
             loaded = snapshot.load_snapshot(
-                self._snapshot_dir, epoch=epoch, k1=self.bm25_k1, b=self.bm25_b,
+                self._snapshot_dir,
+                epoch=epoch,
+                k1=self.bm25_k1,
+                b=self.bm25_b,
                 similarity=self.embedding_similarity_function,
             )
         if epoch != self._epoch and loaded is None:
@@ -325,9 +339,7 @@ class EmbeddedDocumentStore:
             return False
         if not self.snapshot_in_background:
             return self.compact(wait=False) is not None
-        self._compactor = threading.Thread(
-            target=self._compact_quietly, name="docqa-index-snapshot", daemon=True
-        )
+        self._compactor = threading.Thread(target=self._compact_quietly, name="docqa-index-snapshot", daemon=True)
         self._compactor.start()
         return False
 

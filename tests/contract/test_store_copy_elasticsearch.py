@@ -106,3 +106,20 @@ def test_cli_copies_a_tenant_into_the_configured_index(source, target, tmp_path,
     assert cli.main(argv) == 0
     assert "copied 0 chunks" in capsys.readouterr().out
     _assert_same(target.filter_documents(), source.filter_documents(TENANT_FILTER))
+
+
+def test_deletions_in_the_source_are_deleted_from_the_index(source, target, tmp_path):
+    def copier() -> TenantStoreCopier:
+        return TenantStoreCopier(source=source, target=target, checkpoint_path=tmp_path / CHECKPOINT_FILE, batch_size=4)
+
+    copier().run(tenant="acme")
+    source.delete_documents(["acme-1", "acme-6"])
+    source.write_documents(
+        [Document(id="acme-6", content="chunk 6, rewritten", meta={"tenant": "acme", "access": ["everyone"]})]
+    )
+
+    result = copier().run(tenant="acme")
+
+    assert result["deleted"] == 1
+    assert target.count_documents() == 8
+    _assert_same(target.filter_documents(), source.filter_documents(TENANT_FILTER))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from haystack import Document
@@ -128,6 +129,55 @@ def test_crash_between_write_and_checkpoint_rewrites_that_batch_only(source, tmp
     assert target.count_documents() == 7
     assert _as_tuples(target.filter_documents()) == _as_tuples(source.filter_documents(TENANT_FILTER))
     target.close()
+
+
+def test_chunks_deleted_from_the_source_are_deleted_from_the_target(source, target, tmp_path):
+    _copier(source, target, tmp_path).run(tenant="acme")
+    _copier(source, target, tmp_path).run(tenant="other")
+    source.delete_documents(["acme-2"])
+    source.delete_by_filter(
+        {"operator": "AND", "conditions": [TENANT_FILTER, {"field": "meta.page", "operator": "==", "value": 5}]}
+    )
+    source.delete_documents(["other-3"])
+
+    result = _copier(source, target, tmp_path).run(tenant="acme")
+
+    assert result["copied"] == 0
+    assert result["deleted"] == 2
+    remaining = {d.id for d in target.filter_documents()}
+    assert "acme-2" not in remaining and "acme-5" not in remaining
+    assert "other-3" in remaining  # another tenant's deletion waits for that tenant's copy
+    assert _as_tuples(target.filter_documents(TENANT_FILTER)) == _as_tuples(source.filter_documents(TENANT_FILTER))
+    assert _copier(source, target, tmp_path).run(tenant="acme")["deleted"] == 0
+    assert _copier(source, target, tmp_path).run(tenant="other")["deleted"] == 1
+    assert "other-3" not in {d.id for d in target.filter_documents()}
+
+
+def test_a_chunk_deleted_and_written_again_stays_in_the_target(source, target, tmp_path):
+    _copier(source, target, tmp_path).run(tenant="acme")
+    source.delete_documents(["acme-2"])
+    rewritten = replace(_doc(2, "acme"), content="chunk 2 of acme, revised")
+    source.write_documents([rewritten])
+
+    result = _copier(source, target, tmp_path).run(tenant="acme")
+
+    assert result["copied"] == 1
+    assert result["deleted"] == 0
+    assert target.filter_documents({"field": "id", "operator": "==", "value": "acme-2"})[0].content == (
+        "chunk 2 of acme, revised"
+    )
+
+
+def test_restart_applies_every_logged_deletion_again(source, target, tmp_path):
+    _copier(source, target, tmp_path).run(tenant="acme")
+    source.delete_documents(["acme-4"])
+    _copier(source, target, tmp_path).run(tenant="acme")
+    target.write_documents([_doc(4, "acme")])  # put back in the target by hand
+
+    result = _copier(source, target, tmp_path).run(tenant="acme", restart=True)
+
+    assert result["deleted"] == 1
+    assert _as_tuples(target.filter_documents(TENANT_FILTER)) == _as_tuples(source.filter_documents(TENANT_FILTER))
 
 
 def test_restart_copies_everything_again_to_the_same_content(source, target, tmp_path):
