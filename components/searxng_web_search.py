@@ -74,8 +74,10 @@ class SearxngWebSearch:
 
     def _fetch(self, query: str) -> bytes:
         deadline = time.monotonic() + self.timeout_s
-        with (httpx.Client(timeout=self.timeout_s, follow_redirects=False) as client,
-              client.stream("GET", self.url, params={"q": query, "format": "json"}) as response):
+        with (
+            httpx.Client(timeout=self.timeout_s, follow_redirects=False) as client,
+            client.stream("GET", self.url, params={"q": query, "format": "json"}) as response,
+        ):
             response.raise_for_status()
             chunks, size = [], 0
             for chunk in response.iter_bytes():
@@ -89,8 +91,7 @@ class SearxngWebSearch:
         return b"".join(chunks)
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, url=self.url, timeout_s=self.timeout_s, max_bytes=self.max_bytes,
-                               top_k=self.top_k)
+        return default_to_dict(self, url=self.url, timeout_s=self.timeout_s, max_bytes=self.max_bytes, top_k=self.top_k)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearxngWebSearch:
@@ -117,5 +118,6 @@ def _document(result: Any) -> Document | None:
     if not text:
         return None
     doc_id = "web-" + hashlib.sha256(f"{url}\n{text}".encode()).hexdigest()[:32]
-    return Document(id=doc_id, content=text, meta={"source": WEB_SOURCE, "public": True, "url": url[:2000],
-                                                   "title": title[:500]})
+    return Document(
+        id=doc_id, content=text, meta={"source": WEB_SOURCE, "public": True, "url": url[:2000], "title": title[:500]}
+    )

@@ -74,8 +74,16 @@ class WebPageReader:
 
     step_kind = "retrieval"
 
-    def __init__(self, max_pages: int = 3, timeout_s: float = 5.0, max_bytes: int = 2_000_000, top_k: int = 5,
-                 chunk_words: int = 200, overlap_words: int = 30, allow_private_addresses: bool = False) -> None:
+    def __init__(
+        self,
+        max_pages: int = 3,
+        timeout_s: float = 5.0,
+        max_bytes: int = 2_000_000,
+        top_k: int = 5,
+        chunk_words: int = 200,
+        overlap_words: int = 30,
+        allow_private_addresses: bool = False,
+    ) -> None:
         """
         :param max_pages: Results whose page is read (the first ones); the others keep their snippet.
         :param timeout_s: Upper bound on reading one page (resolution, redirects, connect and body).
@@ -169,8 +177,10 @@ class WebPageReader:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise httpx.ReadTimeout("deadline passed")
-            with (httpx.Client(timeout=remaining, follow_redirects=False) as client,
-                  client.stream("GET", target, headers=headers, extensions=extensions) as response):
+            with (
+                httpx.Client(timeout=remaining, follow_redirects=False) as client,
+                client.stream("GET", target, headers=headers, extensions=extensions) as response,
+            ):
                 if response.is_redirect:
                     url = urljoin(url, response.headers.get("location", ""))
                     continue
@@ -227,16 +237,33 @@ class WebPageReader:
         meta = {key: result.meta[key] for key in ("provider",) if key in result.meta}
         title = result.meta.get("title") or page.title
         return [
-            Document(id=chunk_document_id(page.url, index), content=window,
-                     meta={**meta, "source": WEB_SOURCE, "public": True, "url": page.url, "title": title,
-                           "fetched": True, "chunk_index": index})
+            Document(
+                id=chunk_document_id(page.url, index),
+                content=window,
+                meta={
+                    **meta,
+                    "source": WEB_SOURCE,
+                    "public": True,
+                    "url": page.url,
+                    "title": title,
+                    "fetched": True,
+                    "chunk_index": index,
+                },
+            )
             for index, window in enumerate(split_words(page.text, self.chunk_words, self.overlap_words))
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, max_pages=self.max_pages, timeout_s=self.timeout_s, max_bytes=self.max_bytes,
-                               top_k=self.top_k, chunk_words=self.chunk_words, overlap_words=self.overlap_words,
-                               allow_private_addresses=self.allow_private_addresses)
+        return default_to_dict(
+            self,
+            max_pages=self.max_pages,
+            timeout_s=self.timeout_s,
+            max_bytes=self.max_bytes,
+            top_k=self.top_k,
+            chunk_words=self.chunk_words,
+            overlap_words=self.overlap_words,
+            allow_private_addresses=self.allow_private_addresses,
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WebPageReader:

@@ -46,8 +46,9 @@ def step(action: str, action_input: str, thought: str = "thinking") -> str:
     return json.dumps({"thought": thought, "action": action, "action_input": action_input})
 
 
-def _doc(doc_id: str, text: str, collection: str | None = None, access: tuple[str, ...] = ("everyone",),
-         tenant: str = "acme") -> Document:
+def _doc(
+    doc_id: str, text: str, collection: str | None = None, access: tuple[str, ...] = ("everyone",), tenant: str = "acme"
+) -> Document:
     meta: dict[str, Any] = {"tenant": tenant, "access": list(access), "source": f"{doc_id}.md"}
     if collection is not None:
         meta["collection"] = collection
@@ -60,8 +61,12 @@ DOCUMENTS = [
     _doc("mileage", "Mileage is reimbursed at 0.30 euros per kilometre driven.", collection="main"),
     _doc("meals", "Meals abroad are reimbursed with a daily allowance of 45 euros.", collection="main"),
     _doc("old_hotel", "Archived policy from 2019: hotel costs were reimbursed up to 150 euros.", collection="archive"),
-    _doc("retreat", "Archived board retreat budget: hotel 900 euros per night, secret.", collection="archive",
-         access=("board",)),
+    _doc(
+        "retreat",
+        "Archived board retreat budget: hotel 900 euros per night, secret.",
+        collection="archive",
+        access=("board",),
+    ),
     _doc("globex", "Globex archive: hotel costs up to 400 euros.", collection="archive", tenant="globex"),
 ]
 
@@ -80,13 +85,19 @@ def settings(tmp_path) -> Settings:
 
 def _runtime(settings: Settings, llm: ScriptedChatGenerator) -> HashRuntime:
     runtime = HashRuntime(settings, chat_generator_factory=lambda role: llm)
-    runtime.document_store.write_documents(HashDocumentEmbedder().run(documents=DOCUMENTS)["documents"],
-                                           policy=DuplicatePolicy.OVERWRITE)
+    runtime.document_store.write_documents(
+        HashDocumentEmbedder().run(documents=DOCUMENTS)["documents"], policy=DuplicatePolicy.OVERWRITE
+    )
     return runtime
 
 
-def _run(settings: Settings, llm: ScriptedChatGenerator, question: str = "What is the hotel limit?",
-         scope: AccessScope = ALICE, **options: Any) -> PipelineResult:
+def _run(
+    settings: Settings,
+    llm: ScriptedChatGenerator,
+    question: str = "What is the hotel limit?",
+    scope: AccessScope = ALICE,
+    **options: Any,
+) -> PipelineResult:
     pipeline = build_pipeline("mspr", _runtime(settings, llm), **options)
     assert isinstance(pipeline, MSPRPipeline)
     return pipeline.run(question, scope)
@@ -106,15 +117,29 @@ def _calls(llm: ScriptedChatGenerator, pattern: str) -> list[dict[str, Any]]:
 
 class TestPreferenceDrivenSourceSelection:
     def test_stays_on_the_primary_while_it_adds_information(self, settings):
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "mileage kilometre"),
-                     step("search_primary", "meals daily allowance"), step("answer", "180 euros")]),
-            (PREFER, "Yes"), (REVIEW, "Yes"),
-        ], default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "hotel costs"),
+                        step("search_primary", "mileage kilometre"),
+                        step("search_primary", "meals daily allowance"),
+                        step("answer", "180 euros"),
+                    ],
+                ),
+                (PREFER, "Yes"),
+                (REVIEW, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm)
 
-        assert _retrievals(result) == [(MAIN, "hotel costs"), (MAIN, "mileage kilometre"),
-                                       (MAIN, "meals daily allowance")]
+        assert _retrievals(result) == [
+            (MAIN, "hotel costs"),
+            (MAIN, "mileage kilometre"),
+            (MAIN, "meals daily allowance"),
+        ]
         assert len(_calls(llm, PREFER)) == 3
         assert result.stop_reason == STOP_REVIEW_PASSED and result.answer == "180 euros"
         final = _steps(result, "controller")[-1].outputs["route"]
@@ -122,11 +147,22 @@ class TestPreferenceDrivenSourceSelection:
         assert {c.document_id for c in result.citations} == {"hotel", "mileage", "meals"}
 
     def test_switches_exactly_when_the_judge_says_nothing_new(self, settings):
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "mileage kilometre"),
-                     step("search_primary", "hotel costs policy"), step("answer", "150 euros")]),
-            (PREFER, ["Yes", "No"]), (REVIEW, "Yes"),
-        ], default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "hotel costs"),
+                        step("search_primary", "mileage kilometre"),
+                        step("search_primary", "hotel costs policy"),
+                        step("answer", "150 euros"),
+                    ],
+                ),
+                (PREFER, ["Yes", "No"]),
+                (REVIEW, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm)
 
         # The second primary retrieval was judged to add nothing: the third `search_primary` goes to the archive.
@@ -138,32 +174,61 @@ class TestPreferenceDrivenSourceSelection:
         assert "old_hotel" in {c.document_id for c in result.citations}
 
     def test_a_retrieval_with_nothing_unseen_switches_without_asking_the_model(self, settings):
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "hotel costs"),
-                     step("answer", "180 euros")]),
-            (PREFER, "Yes"), (REVIEW, "Yes"),
-        ], default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "hotel costs"),
+                        step("search_primary", "hotel costs"),
+                        step("answer", "180 euros"),
+                    ],
+                ),
+                (PREFER, "Yes"),
+                (REVIEW, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm)
         assert len(_calls(llm, PREFER)) == 1
         assert _steps(result, "judge")[1].outputs["verdict"]["reason"] == "no passage that was not already seen"
         assert _steps(result, "controller")[-1].outputs["route"]["switches"][0]["to"] == ARCHIVE
 
     def test_search_secondary_goes_to_the_next_source_without_a_judgement(self, settings):
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", "hotel costs"), step("search_secondary", "hotel archived policy"),
-                     step("answer", "150 euros")]),
-            (PREFER, "Yes"), (REVIEW, "Yes"),
-        ], default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "hotel costs"),
+                        step("search_secondary", "hotel archived policy"),
+                        step("answer", "150 euros"),
+                    ],
+                ),
+                (PREFER, "Yes"),
+                (REVIEW, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm)
         assert _retrievals(result) == [(MAIN, "hotel costs"), (ARCHIVE, "hotel archived policy")]
         assert len(_calls(llm, PREFER)) == 1  # the primary's retrieval only
 
     def test_the_first_step_can_only_search_the_primary(self, settings):
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_secondary", "hotel archived policy"), step("search_primary", "hotel costs"),
-                     step("answer", "180 euros")]),
-            (PREFER, "Yes"),
-        ], default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_secondary", "hotel archived policy"),
+                        step("search_primary", "hotel costs"),
+                        step("answer", "180 euros"),
+                    ],
+                ),
+                (PREFER, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm, max_reviews=0)
         decisions = [s.outputs["decision"] for s in _steps(result, "agent")]
         assert decisions[0]["offered_actions"] == ["search_primary"] and decisions[0]["malformed"] is True
@@ -175,10 +240,17 @@ class TestPreferenceDrivenSourceSelection:
 class TestCorrectiveAnswerReview:
     def test_a_failed_review_retrieves_from_the_secondary_with_the_original_question(self, settings):
         question = "What was the hotel limit in 2019?"
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", "hotel costs"), step("answer", "180 euros"), step("answer", "150 euros")]),
-            (PREFER, "Yes"), (REVIEW, "No"),
-        ], default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [step("search_primary", "hotel costs"), step("answer", "180 euros"), step("answer", "150 euros")],
+                ),
+                (PREFER, "Yes"),
+                (REVIEW, "No"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm, question=question)
 
         assert _retrievals(result) == [(MAIN, "hotel costs"), (ARCHIVE, question)]
@@ -191,8 +263,14 @@ class TestCorrectiveAnswerReview:
         assert "150 euros" in last_prompt and "review of your last answer" in last_prompt
 
     def test_srt_bounds_the_supplementary_retrievals(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", "hotel"), step("answer", "no idea")]),
-                                           (PREFER, "Yes"), (REVIEW, "No")], default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (AGENT, [step("search_primary", "hotel"), step("answer", "no idea")]),
+                (PREFER, "Yes"),
+                (REVIEW, "No"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm, max_reviews=2)
         assert len(_calls(llm, REVIEW)) == 2
         supplementary = _retrievals(result)[1:]
@@ -201,16 +279,22 @@ class TestCorrectiveAnswerReview:
         assert result.stop_reason == STOP_ANSWERED_AFTER_REVIEW
 
     def test_without_reviews_the_first_answer_is_final(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", "hotel"), step("answer", "180 euros")]),
-                                           (PREFER, "Yes")], default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[(AGENT, [step("search_primary", "hotel"), step("answer", "180 euros")]), (PREFER, "Yes")],
+            default="Short summary.",
+        )
         result = _run(settings, llm, max_reviews=0)
         assert result.stop_reason == STOP_ANSWERED and len(_calls(llm, AGENT)) == 2
         assert _calls(llm, REVIEW) == []
 
     def test_the_first_step_must_search(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, [step("answer", "from memory"), step("search_primary", "hotel"),
-                                                    step("answer", "180 euros")]), (PREFER, "Yes")],
-                                    default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (AGENT, [step("answer", "from memory"), step("search_primary", "hotel"), step("answer", "180 euros")]),
+                (PREFER, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm, max_reviews=0)
         first = _steps(result, "agent")[0].outputs["decision"]
         assert first["offered_actions"] == ["search_primary"] and first["malformed"] is True
@@ -233,9 +317,13 @@ class TestBounds:
 
     def test_malformed_steps_are_retried_then_the_run_stops(self, settings):
         # Two malformed first steps: the question itself searches the primary; two more malformed steps stop.
-        llm = ScriptedChatGenerator(rules=[(AGENT, ["not json", json.dumps({"action": "fly", "action_input": "x",
-                                                                            "thought": ""})]), (PREFER, "Yes")],
-                                    default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (AGENT, ["not json", json.dumps({"action": "fly", "action_input": "x", "thought": ""})]),
+                (PREFER, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm)
         assert len(_calls(llm, AGENT)) == 4
         assert _retrievals(result) == [("collection:main", "What is the hotel limit?")]
@@ -248,23 +336,46 @@ class TestBounds:
     def test_a_search_whose_query_echoes_the_prompt_searches_the_question(self, settings):
         # What the packaged 270M model writes: valid JSON whose query is an action name or a prompt phrase.
         question = "What is the hotel limit?"
-        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", "search_primary"),
-                                                    step("search_secondary", " Answer "),
-                                                    step("answer", "180 euros")]), (PREFER, "Yes")],
-                                    default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "search_primary"),
+                        step("search_secondary", " Answer "),
+                        step("answer", "180 euros"),
+                    ],
+                ),
+                (PREFER, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm, question=question, max_reviews=0)
         assert _retrievals(result) == [(MAIN, question), (ARCHIVE, question)]  # the question, not the echo
         decisions = [s.outputs["decision"] for s in _steps(result, "agent")]
         assert [d["query_from"] for d in decisions] == ["question", "question", "model"]
         assert [d["malformed"] for d in decisions] == [False] * 3
-        assert decisions[0]["problem"] == "the action_input only repeated an action or source name: the question " \
-                                          "is searched"
+        assert (
+            decisions[0]["problem"] == "the action_input only repeated an action or source name: the question "
+            "is searched"
+        )
         assert result.answer == "180 euros" and result.stop_reason == STOP_ANSWERED
 
     def test_a_stop_after_malformed_answers_says_why_and_the_retry_was_told_what_was_wrong(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, [step("search_primary", "hotel"), step("answer", "  "),
-                                                    step("answer", "the final answer for answer")]),
-                                           (PREFER, "Yes")], default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "hotel"),
+                        step("answer", "  "),
+                        step("answer", "the final answer for answer"),
+                    ],
+                ),
+                (PREFER, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm)
         assert result.stop_reason == STOP_MALFORMED_ACTION and _retrievals(result) == [(MAIN, "hotel")]
         assert result.answer_source == "extracted"  # the passage found is quoted, marked as such
@@ -277,9 +388,13 @@ class TestBounds:
         assert final and final[-1].outputs["route"]["problem"] == problems[-1]
 
     def test_one_malformed_step_is_recovered_by_the_retry(self, settings):
-        llm = ScriptedChatGenerator(rules=[(AGENT, ["not json", step("search_primary", "hotel"),
-                                                    step("answer", "180 euros")]), (PREFER, "Yes")],
-                                    default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (AGENT, ["not json", step("search_primary", "hotel"), step("answer", "180 euros")]),
+                (PREFER, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm, max_reviews=0)
         assert result.answer == "180 euros" and result.stop_reason == STOP_ANSWERED
 
@@ -295,11 +410,21 @@ class TestBounds:
 
 class TestObservationRefinement:
     def test_older_observations_are_summarised_and_the_newest_stays_whole(self, settings):
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "mileage kilometre"),
-                     step("answer", "180 euros")]),
-            (PREFER, "Yes"), (REFINE, "Hotel up to 180."), (REVIEW, "Yes"),
-        ])
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "hotel costs"),
+                        step("search_primary", "mileage kilometre"),
+                        step("answer", "180 euros"),
+                    ],
+                ),
+                (PREFER, "Yes"),
+                (REFINE, "Hotel up to 180."),
+                (REVIEW, "Yes"),
+            ]
+        )
         result = _run(settings, llm)
 
         last_prompt = _calls(llm, AGENT)[-1]["prompt"]
@@ -312,21 +437,40 @@ class TestObservationRefinement:
 
     def test_a_summary_longer_than_the_observation_falls_back_to_its_start(self, settings):
         verbose = " ".join(["word"] * 200)
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "mileage kilometre"),
-                     step("answer", "180 euros")]),
-            (PREFER, "Yes"), (REFINE, verbose), (REVIEW, "Yes"),
-        ])
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "hotel costs"),
+                        step("search_primary", "mileage kilometre"),
+                        step("answer", "180 euros"),
+                    ],
+                ),
+                (PREFER, "Yes"),
+                (REFINE, verbose),
+                (REVIEW, "Yes"),
+            ]
+        )
         result = _run(settings, llm)
         refinement = _steps(result, "refiner")[1].outputs["refinement"]
         assert refinement["words_after"] <= refinement["words_before"] and "word word" not in refinement["summary"]
 
     def test_refine_off_keeps_every_observation_whole(self, settings):
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", "hotel costs"), step("search_primary", "mileage kilometre"),
-                     step("answer", "180 euros")]),
-            (PREFER, "Yes"), (REVIEW, "Yes"),
-        ])
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "hotel costs"),
+                        step("search_primary", "mileage kilometre"),
+                        step("answer", "180 euros"),
+                    ],
+                ),
+                (PREFER, "Yes"),
+                (REVIEW, "Yes"),
+            ]
+        )
         _run(settings, llm, refine=False)
         assert _calls(llm, REFINE) == []
         assert "Hotel costs are reimbursed up to 180 euros" in _calls(llm, AGENT)[-1]["prompt"]
@@ -336,11 +480,22 @@ class TestAccessControl:
     @pytest.mark.parametrize("action", ["search_primary", "search_secondary"])
     def test_a_caller_never_gets_passages_of_documents_they_may_not_read(self, settings, action):
         secret_query = "Archived board retreat budget hotel 900 euros per night secret"
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", secret_query), step(action, secret_query),
-                     step("search_primary", secret_query), step("answer", "?")]),
-            (PREFER, "No"), (REVIEW, "No"),
-        ], default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", secret_query),
+                        step(action, secret_query),
+                        step("search_primary", secret_query),
+                        step("answer", "?"),
+                    ],
+                ),
+                (PREFER, "No"),
+                (REVIEW, "No"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm, top_k=5)
 
         seen = {d["id"] for s in _steps(result, "retriever") for d in s.outputs["documents"]}
@@ -351,10 +506,14 @@ class TestAccessControl:
 
     def test_the_board_reads_the_archive_and_collections_stay_apart(self, settings):
         query = "Archived board retreat budget hotel 900 euros per night secret"
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", query), step("search_secondary", query), step("answer", "900")]),
-            (PREFER, "Yes"), (REVIEW, "Yes"),
-        ], default="Short summary.")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (AGENT, [step("search_primary", query), step("search_secondary", query), step("answer", "900")]),
+                (PREFER, "Yes"),
+                (REVIEW, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm, scope=BOARD, top_k=10)
         main_ids, archive_ids = ({d["id"] for d in s.outputs["documents"]} for s in _steps(result, "retriever"))
         assert main_ids == {"hotel", "mileage", "meals"}
@@ -392,13 +551,20 @@ def _searx(handler: BaseHTTPRequestHandler) -> None:
 
     params = parse_qs(urlparse(handler.path).query)
     assert params["format"] == ["json"]
-    body = json.dumps({"results": [
-        {"url": "https://example.org/a", "title": "Acme history",
-         "content": f"Acme was founded in 1962 ({params['q'][0]})."},
-        {"url": "https://example.org/b", "title": "", "content": ""},
-        "not a result",
-        {"url": "https://example.org/c", "title": "Acme today", "content": "Acme employs 300 people."},
-    ]}).encode()
+    body = json.dumps(
+        {
+            "results": [
+                {
+                    "url": "https://example.org/a",
+                    "title": "Acme history",
+                    "content": f"Acme was founded in 1962 ({params['q'][0]}).",
+                },
+                {"url": "https://example.org/b", "title": "", "content": ""},
+                "not a result",
+                {"url": "https://example.org/c", "title": "Acme today", "content": "Acme employs 300 people."},
+            ]
+        }
+    ).encode()
     _reply(body)(handler)
 
 
@@ -429,8 +595,10 @@ class TestWebSource:
     def test_searxng_results_become_public_documents(self, search_server):
         out = SearxngWebSearch(url=search_server(_searx), timeout_s=2).run(query="acme founded", top_k=5)
         assert out["error"] is None
-        assert [d.content for d in out["documents"]] == ["Acme history. Acme was founded in 1962 (acme founded).",
-                                                         "Acme today. Acme employs 300 people."]
+        assert [d.content for d in out["documents"]] == [
+            "Acme history. Acme was founded in 1962 (acme founded).",
+            "Acme today. Acme employs 300 people.",
+        ]
         assert all(d.meta["source"] == "web" and d.meta["public"] is True for d in out["documents"])
 
     def test_a_search_that_times_out_gives_no_documents_and_an_error(self, search_server):
@@ -450,13 +618,24 @@ class TestWebSource:
 
     def test_mspr_switches_to_the_web_and_cites_it_as_public(self, settings, search_server):
         # Snippets only: the result URLs are not served here.
-        settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}", "web_fetch_pages": 0,
-                                               "web_search_url": search_server(_searx)})
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", "acme founded"), step("search_primary", "acme founding year"),
-                     step("answer", "1962")]),
-            (PREFER, "No"), (REVIEW, "Yes"),
-        ], default="Short summary.")
+        settings = settings.model_copy(
+            update={"mspr_sources": f"{MAIN},{WEB}", "web_fetch_pages": 0, "web_search_url": search_server(_searx)}
+        )
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "acme founded"),
+                        step("search_primary", "acme founding year"),
+                        step("answer", "1962"),
+                    ],
+                ),
+                (PREFER, "No"),
+                (REVIEW, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm, question="When was Acme founded?", top_k=2)
 
         assert [source for source, _ in _retrievals(result)] == [MAIN, WEB]
@@ -464,20 +643,31 @@ class TestWebSource:
         assert web_citations and "1962" in web_citations[0].snippet
         assert result.answer == "1962" and result.stop_reason == STOP_REVIEW_PASSED
 
-    def test_the_pages_of_web_results_are_read_and_their_best_chunk_is_the_observation(self, settings,
-                                                                                        search_server):
+    def test_the_pages_of_web_results_are_read_and_their_best_chunk_is_the_observation(self, settings, search_server):
         answer = "The Zephyr footbridge over the Tall river was designed by the engineer Marta Lindqvist."
         filler = "Riverside walks are popular with visitors and the council maintains benches along the water. "
-        page = (f"<html><head><title>Bridges</title></head><body><article><p>{filler * 26}</p><p>{answer}</p>"
-                f"<p>{filler * 10}</p></article></body></html>").encode()
+        page = (
+            f"<html><head><title>Bridges</title></head><body><article><p>{filler * 26}</p><p>{answer}</p>"
+            f"<p>{filler * 10}</p></article></body></html>"
+        ).encode()
 
         def site(handler: BaseHTTPRequestHandler) -> None:
             base = f"http://{handler.headers['Host']}"
             if handler.path.startswith("/search"):
-                _reply(json.dumps({"results": [
-                    {"url": f"{base}/bridges.html", "title": "Bridges of Tallmark", "content": "Riverside walks."},
-                    {"url": f"{base}/missing.html", "title": "Missing", "content": "A page that is gone."},
-                ]}).encode())(handler)
+                _reply(
+                    json.dumps(
+                        {
+                            "results": [
+                                {
+                                    "url": f"{base}/bridges.html",
+                                    "title": "Bridges of Tallmark",
+                                    "content": "Riverside walks.",
+                                },
+                                {"url": f"{base}/missing.html", "title": "Missing", "content": "A page that is gone."},
+                            ]
+                        }
+                    ).encode()
+                )(handler)
             elif handler.path == "/bridges.html":
                 _reply(page, "text/html; charset=utf-8")(handler)
             else:
@@ -485,13 +675,29 @@ class TestWebSource:
 
         search_url = search_server(site)
         page_url = search_url.replace("/search", "/bridges.html")
-        settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}", "web_search_url": search_url,
-                                               "web_fetch_allow_private": True, "web_fetch_timeout_s": 2.0})
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", "zephyr footbridge designer"),
-                     step("search_primary", "who designed the zephyr footbridge"), step("answer", "Marta Lindqvist")]),
-            (PREFER, "No"), (REVIEW, "Yes"),
-        ], default="Short summary.")
+        settings = settings.model_copy(
+            update={
+                "mspr_sources": f"{MAIN},{WEB}",
+                "web_search_url": search_url,
+                "web_fetch_allow_private": True,
+                "web_fetch_timeout_s": 2.0,
+            }
+        )
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "zephyr footbridge designer"),
+                        step("search_primary", "who designed the zephyr footbridge"),
+                        step("answer", "Marta Lindqvist"),
+                    ],
+                ),
+                (PREFER, "No"),
+                (REVIEW, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm, question="Who designed the Zephyr footbridge?", top_k=2)
 
         assert [source for source, _ in _retrievals(result)] == [MAIN, WEB]
@@ -505,29 +711,70 @@ class TestWebSource:
         assert any(c.source == "web" and c.document_id in chunk_ids for c in result.citations)
 
     def test_page_reading_follows_the_settings(self, settings):
-        settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}", "web_search_url": "http://s/search",
-                                               "web_fetch_pages": 2, "web_fetch_timeout_s": 1.5,
-                                               "web_fetch_max_bytes": 5000, "chunk_words": 50,
-                                               "chunk_overlap_words": 5})
-        reader = build_pipeline("mspr", _runtime(settings, ScriptedChatGenerator()), top_k=3).pipeline.get_component(
-            "retriever").page_reader
-        assert (reader.max_pages, reader.timeout_s, reader.max_bytes, reader.top_k, reader.chunk_words,
-                reader.overlap_words, reader.allow_private_addresses) == (2, 1.5, 5000, 3, 50, 5, False)
+        settings = settings.model_copy(
+            update={
+                "mspr_sources": f"{MAIN},{WEB}",
+                "web_search_url": "http://s/search",
+                "web_fetch_pages": 2,
+                "web_fetch_timeout_s": 1.5,
+                "web_fetch_max_bytes": 5000,
+                "chunk_words": 50,
+                "chunk_overlap_words": 5,
+            }
+        )
+        reader = (
+            build_pipeline("mspr", _runtime(settings, ScriptedChatGenerator()), top_k=3)
+            .pipeline.get_component("retriever")
+            .page_reader
+        )
+        assert (
+            reader.max_pages,
+            reader.timeout_s,
+            reader.max_bytes,
+            reader.top_k,
+            reader.chunk_words,
+            reader.overlap_words,
+            reader.allow_private_addresses,
+        ) == (2, 1.5, 5000, 3, 50, 5, False)
         off = settings.model_copy(update={"web_fetch_pages": 0})
-        assert build_pipeline("mspr", _runtime(off, ScriptedChatGenerator())).pipeline.get_component(
-            "retriever").page_reader is None
+        assert (
+            build_pipeline("mspr", _runtime(off, ScriptedChatGenerator()))
+            .pipeline.get_component("retriever")
+            .page_reader
+            is None
+        )
         collections = settings.model_copy(update={"mspr_sources": f"{MAIN},{ARCHIVE}"})
-        assert build_pipeline("mspr", _runtime(collections, ScriptedChatGenerator())).pipeline.get_component(
-            "retriever").page_reader is None
+        assert (
+            build_pipeline("mspr", _runtime(collections, ScriptedChatGenerator()))
+            .pipeline.get_component("retriever")
+            .page_reader
+            is None
+        )
 
     @pytest.mark.parametrize("behaviour", [_slow, _reply(b"garbage")])
     def test_a_failing_web_source_is_an_empty_observation_with_its_error(self, settings, search_server, behaviour):
-        settings = settings.model_copy(update={"mspr_sources": f"{MAIN},{WEB}", "web_search_timeout_s": 0.3,
-                                               "web_search_url": search_server(behaviour)})
-        llm = ScriptedChatGenerator(rules=[
-            (AGENT, [step("search_primary", "acme founded"), step("search_secondary", "acme founded"),
-                     step("answer", "unknown")]), (PREFER, "Yes"), (REVIEW, "Yes"),
-        ], default="Short summary.")
+        settings = settings.model_copy(
+            update={
+                "mspr_sources": f"{MAIN},{WEB}",
+                "web_search_timeout_s": 0.3,
+                "web_search_url": search_server(behaviour),
+            }
+        )
+        llm = ScriptedChatGenerator(
+            rules=[
+                (
+                    AGENT,
+                    [
+                        step("search_primary", "acme founded"),
+                        step("search_secondary", "acme founded"),
+                        step("answer", "unknown"),
+                    ],
+                ),
+                (PREFER, "Yes"),
+                (REVIEW, "Yes"),
+            ],
+            default="Short summary.",
+        )
         result = _run(settings, llm, question="When was Acme founded?")
         retrieval = _steps(result, "retriever")[1]
         assert retrieval.outputs["source"] == WEB and retrieval.outputs["documents"] == []
@@ -558,8 +805,11 @@ class TestYaml:
         # The hash embedder lives in tests/: allow it for this round trip only.
         monkeypatch.setattr(yaml_strategies, "_ALLOWED_PREFIXES", (*yaml_strategies._ALLOWED_PREFIXES, "tests."))
         monkeypatch.setattr(yaml_strategies, "ALLOWED_MODULES", [*ALLOWED_MODULES, "tests.*"])
-        rules = [(AGENT, [step("search_primary", "hotel costs"), step("answer", "180 euros")]),
-                 (PREFER, "Yes"), (REVIEW, "Yes")]
+        rules = [
+            (AGENT, [step("search_primary", "hotel costs"), step("answer", "180 euros")]),
+            (PREFER, "Yes"),
+            (REVIEW, "Yes"),
+        ]
         runtime = _runtime(settings, ScriptedChatGenerator(rules=rules, default="Short summary."))
         text = export_strategy("mspr", runtime, max_steps=4)
 
@@ -572,13 +822,29 @@ class TestYaml:
         assert [s.name for s in copy.steps] == [s.name for s in original.steps]
 
 
-@pytest.mark.parametrize("action_input,malformed", [
-    ("search_primary", True), ("`answer`", True), ("Search primary.", True), ("SEARCH-SECONDARY", True),
-    ("search_primary, answer", True), ("collection:archive", True), ("web", True), ("?!", True), ("", True),
-    (",thought", True), ("the final answer for answer", True), ("The search query for a search.", True),
-    ("hotel costs", False), ("primary school teachers", False), ("answer key of the 2019 exam", False),
-    ("search engines in 1998", False), ("main archive policy", False), ("180 euros", False),
-])
+@pytest.mark.parametrize(
+    "action_input,malformed",
+    [
+        ("search_primary", True),
+        ("`answer`", True),
+        ("Search primary.", True),
+        ("SEARCH-SECONDARY", True),
+        ("search_primary, answer", True),
+        ("collection:archive", True),
+        ("web", True),
+        ("?!", True),
+        ("", True),
+        (",thought", True),
+        ("the final answer for answer", True),
+        ("The search query for a search.", True),
+        ("hotel costs", False),
+        ("primary school teachers", False),
+        ("answer key of the 2019 exam", False),
+        ("search engines in 1998", False),
+        ("main archive policy", False),
+        ("180 euros", False),
+    ],
+)
 def test_an_input_that_only_repeats_prompt_names_is_malformed(action_input, malformed):
     from docqa.components.mspr_agent import parse_decision
     from docqa.components.mspr_state import ACTIONS
@@ -589,15 +855,17 @@ def test_an_input_that_only_repeats_prompt_names_is_malformed(action_input, malf
     assert bool(decision.problem) is malformed
 
 
-@pytest.mark.parametrize("action,action_input,expected", [
-    ("search_primary", "search_secondary", ("Who founded Acme?", "question", False)),
-    ("search_secondary", "", ("Who founded Acme?", "question", False)),
-    ("search_primary", "Acme founders", ("Acme founders", "model", False)),
-    ("answer", "answer", ("", "model", True)),
-    ("answer", "John Smith", ("John Smith", "model", False)),
-])
-def test_an_unusable_query_becomes_the_question_and_an_unusable_answer_stays_malformed(action, action_input,
-                                                                                        expected):
+@pytest.mark.parametrize(
+    "action,action_input,expected",
+    [
+        ("search_primary", "search_secondary", ("Who founded Acme?", "question", False)),
+        ("search_secondary", "", ("Who founded Acme?", "question", False)),
+        ("search_primary", "Acme founders", ("Acme founders", "model", False)),
+        ("answer", "answer", ("", "model", True)),
+        ("answer", "John Smith", ("John Smith", "model", False)),
+    ],
+)
+def test_an_unusable_query_becomes_the_question_and_an_unusable_answer_stays_malformed(action, action_input, expected):
     from docqa.components.mspr_agent import parse_decision
     from docqa.components.mspr_state import ACTIONS
 
@@ -612,8 +880,12 @@ def test_the_step_schema_is_bounded_so_the_token_cap_always_fits_the_json():
     from docqa.components.mspr_state import MSPRState, Observation
 
     llm = ScriptedChatGenerator(rules=[(AGENT, step("answer", "180 euros"))])
-    state = MSPRState(question="q?", sources=(MAIN, ARCHIVE), phase="answer_now",
-                      observations=(Observation(step=1, source=MAIN, query="q"),))
+    state = MSPRState(
+        question="q?",
+        sources=(MAIN, ARCHIVE),
+        phase="answer_now",
+        observations=(Observation(step=1, source=MAIN, query="q"),),
+    )
     for max_tokens, chars in ((None, 120), (step_token_cap(40), 40)):
         MSPRAgent(llm, max_tokens=max_tokens).run(state=state)
         kwargs = llm.calls[-1]["generation_kwargs"]

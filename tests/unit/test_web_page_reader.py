@@ -21,14 +21,18 @@ from docqa.ingestion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.converters import convert_bytes
 
 ANSWER = "The Zephyr footbridge was designed by the engineer Marta Lindqvist and opened in 1931."
-FILLER = ("Riverside walks are popular with visitors in every season, and the town council maintains benches, "
-          "lamps and planted borders along the water so that families can stroll there in the evenings. ")
+FILLER = (
+    "Riverside walks are popular with visitors in every season, and the town council maintains benches, "
+    "lamps and planted borders along the water so that families can stroll there in the evenings. "
+)
 
 
 def _html(title: str, paragraphs: list[str]) -> bytes:
     body = "".join(f"<p>{p}</p>\n" for p in paragraphs)
-    return (f"<html><head><title>{title}</title><style>p {{ color: red }}</style></head><body>"
-            f"<nav>Home | About</nav><article><h1>{title}</h1>{body}</article></body></html>").encode()
+    return (
+        f"<html><head><title>{title}</title><style>p {{ color: red }}</style></head><body>"
+        f"<nav>Home | About</nav><article><h1>{title}</h1>{body}</article></body></html>"
+    ).encode()
 
 
 DEEP_HTML = _html("Bridges of Tallmark", [FILLER * 3 for _ in range(6)] + [ANSWER] + [FILLER * 2 for _ in range(3)])
@@ -135,8 +139,13 @@ def _kept_snippet(out: dict[str, Any], snippet: Document) -> bool:
 
 
 def _reader(**kwargs: Any) -> WebPageReader:
-    options: dict[str, Any] = {"allow_private_addresses": True, "timeout_s": 2.0, "top_k": 50,
-                               "chunk_words": CHUNK_WORDS, "overlap_words": OVERLAP}
+    options: dict[str, Any] = {
+        "allow_private_addresses": True,
+        "timeout_s": 2.0,
+        "top_k": 50,
+        "chunk_words": CHUNK_WORDS,
+        "overlap_words": OVERLAP,
+    }
     return WebPageReader(**{**options, **kwargs})
 
 
@@ -150,8 +159,10 @@ def _upload_chunks(data: bytes, name: str) -> list[str]:
 class TestReadingPages:
     def test_pages_are_chunked_like_uploads_and_the_chunk_with_the_answer_comes_first(self, site):
         deep, notes = site.url("/deep.html"), site.url("/notes")
-        results = [_result(deep, "Bridges of Tallmark", "Bridges of Tallmark: riverside walks and benches."),
-                   _result(notes, "Visitor notes", "Notes for visitors.")]
+        results = [
+            _result(deep, "Bridges of Tallmark", "Bridges of Tallmark: riverside walks and benches."),
+            _result(notes, "Visitor notes", "Notes for visitors."),
+        ]
         assert "Lindqvist" not in results[0].content  # the snippet alone cannot answer
 
         out = _reader().run(query="Who designed the Zephyr footbridge?", documents=results)
@@ -159,8 +170,14 @@ class TestReadingPages:
         assert out["errors"] == []
         best = out["documents"][0]
         assert "Marta Lindqvist" in best.content
-        assert best.meta == {"source": "web", "public": True, "url": deep, "title": "Bridges of Tallmark",
-                             "fetched": True, "chunk_index": best.meta["chunk_index"]}
+        assert best.meta == {
+            "source": "web",
+            "public": True,
+            "url": deep,
+            "title": "Bridges of Tallmark",
+            "fetched": True,
+            "chunk_index": best.meta["chunk_index"],
+        }
         by_url: dict[str, list[Document]] = {}
         for doc in out["documents"]:
             by_url.setdefault(doc.meta["url"], []).append(doc)
@@ -190,21 +207,23 @@ class TestReadingPages:
 
 
 class TestFailures:
-    @pytest.mark.parametrize("path,reason", [
-        ("/hang", "timed out after 0.5s"),
-        ("/large.txt", "page larger than 50000 bytes"),
-        ("/broken", "HTTP 500"),
-        ("/missing.html", "HTTP 404"),
-        ("/garbage", "binary content in a text file"),
-        ("/blob", "unsupported content type application/octet-stream"),
-        ("/empty.html", "no extractable text"),
-    ])
+    @pytest.mark.parametrize(
+        "path,reason",
+        [
+            ("/hang", "timed out after 0.5s"),
+            ("/large.txt", "page larger than 50000 bytes"),
+            ("/broken", "HTTP 500"),
+            ("/missing.html", "HTTP 404"),
+            ("/garbage", "binary content in a text file"),
+            ("/blob", "unsupported content type application/octet-stream"),
+            ("/empty.html", "no extractable text"),
+        ],
+    )
     def test_a_page_that_cannot_be_read_keeps_its_snippet_and_reports_one_line(self, site, path, reason):
         snippet = _result(site.url(path), "Some page", "The snippet of some page.")
         good = _result(site.url("/notes"), "Visitor notes", "Notes for visitors.")
         started = time.monotonic()
-        out = _reader(timeout_s=0.5, max_bytes=50_000).run(query="snippet of some page mill",
-                                                           documents=[snippet, good])
+        out = _reader(timeout_s=0.5, max_bytes=50_000).run(query="snippet of some page mill", documents=[snippet, good])
         assert time.monotonic() - started < 2.0
         assert out["errors"] == [f"web page {site.url(path)}: {reason}"]
         assert snippet.id in [d.id for d in out["documents"]]
@@ -235,15 +254,17 @@ class TestAddresses:
         snippet = _result(site.url("/deep.html"), "Bridges", "Bridges of Tallmark.")
         out = WebPageReader(timeout_s=2).run(query="Zephyr", documents=[snippet])
         assert _kept_snippet(out, snippet)
-        assert out["errors"] == [f"web page {site.url('/deep.html')}: 127.0.0.1 resolves to a non-public "
-                                 "address (127.0.0.1)"]
+        assert out["errors"] == [
+            f"web page {site.url('/deep.html')}: 127.0.0.1 resolves to a non-public address (127.0.0.1)"
+        ]
         assert site.hits == []
         allowed = WebPageReader(timeout_s=2, allow_private_addresses=True).run(query="Zephyr", documents=[snippet])
         assert allowed["errors"] == [] and allowed["documents"][0].meta["fetched"] is True
         assert site.hits == ["/deep.html"]
 
-    @pytest.mark.parametrize("url", ["ftp://127.0.0.1/file.txt", "file:///etc/passwd", "http:///no-host",
-                                     "http://127.0.0.1:99999/"])
+    @pytest.mark.parametrize(
+        "url", ["ftp://127.0.0.1/file.txt", "file:///etc/passwd", "http:///no-host", "http://127.0.0.1:99999/"]
+    )
     def test_only_http_urls_are_read(self, url):
         snippet = _result(url, "Other", "Some snippet.")
         out = _reader().run(query="snippet", documents=[snippet])
@@ -254,8 +275,7 @@ class TestAddresses:
         snippet = _result("http://no-such-host.invalid/page.html", "Gone", "Some snippet.")
         out = _reader().run(query="snippet", documents=[snippet])
         assert _kept_snippet(out, snippet)
-        assert out["errors"] == ["web page http://no-such-host.invalid/page.html: cannot resolve "
-                                 "no-such-host.invalid"]
+        assert out["errors"] == ["web page http://no-such-host.invalid/page.html: cannot resolve no-such-host.invalid"]
 
     def test_every_redirect_hop_is_checked(self, site, monkeypatch):
         # 127.0.0.2 stands in for a public address; the page it redirects to is on 127.0.0.1.
@@ -268,8 +288,9 @@ class TestAddresses:
             public.close()
         assert public.hits == ["/moved"] and site.hits == []
         assert _kept_snippet(out, snippet)
-        assert out["errors"] == [f"web page {public.url('/moved')}: 127.0.0.1 resolves to a non-public address "
-                                 "(127.0.0.1)"]
+        assert out["errors"] == [
+            f"web page {public.url('/moved')}: 127.0.0.1 resolves to a non-public address (127.0.0.1)"
+        ]
 
     def test_through_a_proxy_the_url_goes_to_the_proxy_as_it_is(self, monkeypatch):
         seen: list[tuple[str, str | None]] = []
@@ -289,12 +310,26 @@ class TestAddresses:
         assert seen == [("http://localhost:9/notes", "localhost:9")]
         assert out["errors"] == [] and "bakery" in out["documents"][0].content
 
-    @pytest.mark.parametrize("address,public", [
-        ("127.0.0.1", False), ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.1.1", False),
-        ("169.254.169.254", False), ("0.0.0.0", False), ("100.64.0.1", False), ("224.0.0.1", False),
-        ("::1", False), ("fe80::1", False), ("fd00::1", False), ("::ffff:127.0.0.1", False),
-        ("93.184.216.34", True), ("2606:2800:220:1:248:1893:25c8:1946", True), ("::ffff:8.8.8.8", True),
-    ])
+    @pytest.mark.parametrize(
+        "address,public",
+        [
+            ("127.0.0.1", False),
+            ("10.1.2.3", False),
+            ("172.16.0.1", False),
+            ("192.168.1.1", False),
+            ("169.254.169.254", False),
+            ("0.0.0.0", False),
+            ("100.64.0.1", False),
+            ("224.0.0.1", False),
+            ("::1", False),
+            ("fe80::1", False),
+            ("fd00::1", False),
+            ("::ffff:127.0.0.1", False),
+            ("93.184.216.34", True),
+            ("2606:2800:220:1:248:1893:25c8:1946", True),
+            ("::ffff:8.8.8.8", True),
+        ],
+    )
     def test_public_addresses(self, address, public):
         import ipaddress
 
@@ -304,23 +339,33 @@ class TestAddresses:
 class TestBounds:
     def test_only_the_first_max_pages_results_are_read(self, site):
         paths = ["/deep.html", "/notes", "/moved", "/empty.html"]
-        results = [_result(site.url(p), f"Page {i}", f"Snippet number {i} about Tallmark.")
-                   for i, p in enumerate(paths)]
+        results = [
+            _result(site.url(p), f"Page {i}", f"Snippet number {i} about Tallmark.") for i, p in enumerate(paths)
+        ]
         out = _reader(max_pages=2).run(query="Tallmark", documents=results)
         assert sorted(site.hits) == ["/deep.html", "/notes"]
         unread = [d for d in out["documents"] if not d.meta.get("fetched")]
         assert sorted(d.meta["url"] for d in unread) == sorted(site.url(p) for p in paths[2:])
         assert out["errors"] == []
 
-    @pytest.mark.parametrize("kwargs", [{"max_pages": 0}, {"timeout_s": 0}, {"max_bytes": 0}, {"top_k": 0},
-                                        {"chunk_words": 10, "overlap_words": 10}])
+    @pytest.mark.parametrize(
+        "kwargs",
+        [{"max_pages": 0}, {"timeout_s": 0}, {"max_bytes": 0}, {"top_k": 0}, {"chunk_words": 10, "overlap_words": 10}],
+    )
     def test_bounds_are_validated(self, kwargs):
         with pytest.raises(ValueError):
             WebPageReader(**kwargs)
 
     def test_to_dict_round_trip(self):
-        reader = WebPageReader(max_pages=2, timeout_s=1.5, max_bytes=10_000, top_k=4, chunk_words=50,
-                               overlap_words=10, allow_private_addresses=True)
+        reader = WebPageReader(
+            max_pages=2,
+            timeout_s=1.5,
+            max_bytes=10_000,
+            top_k=4,
+            chunk_words=50,
+            overlap_words=10,
+            allow_private_addresses=True,
+        )
         data = reader.to_dict()
         assert data["type"] == "docqa.components.web_page_reader.WebPageReader"
         copy = WebPageReader.from_dict(json.loads(json.dumps(data)))
@@ -329,12 +374,19 @@ class TestBounds:
 
 def _searx_for(site: Site) -> Route:
     def route(handler: BaseHTTPRequestHandler) -> None:
-        body = json.dumps({"results": [
-            {"url": site.url("/notes"), "title": "Visitor notes", "content": "Notes for visitors of Tallmark."},
-            {"url": site.url("/deep.html"), "title": "Bridges of Tallmark",
-             "content": "Bridges of Tallmark: riverside walks."},
-            {"url": site.url("/broken"), "title": "Broken", "content": "A broken page about the footbridge."},
-        ]}).encode()
+        body = json.dumps(
+            {
+                "results": [
+                    {"url": site.url("/notes"), "title": "Visitor notes", "content": "Notes for visitors of Tallmark."},
+                    {
+                        "url": site.url("/deep.html"),
+                        "title": "Bridges of Tallmark",
+                        "content": "Bridges of Tallmark: riverside walks.",
+                    },
+                    {"url": site.url("/broken"), "title": "Broken", "content": "A broken page about the footbridge."},
+                ]
+            }
+        ).encode()
         _send(body, "application/json")(handler)
 
     return route
@@ -344,9 +396,12 @@ def test_the_retriever_returns_read_chunks_for_a_web_source_and_reports_failed_p
     search_site = Site({"/search": _searx_for(site)})
     try:
         retriever = MultiSourceRetriever(
-            retriever=None, sources=["collection:main", "web"], top_k=3,
+            retriever=None,
+            sources=["collection:main", "web"],
+            top_k=3,
             web_search=SearxngWebSearch(url=search_site.url("/search"), timeout_s=2),
-            page_reader=_reader(top_k=3))
+            page_reader=_reader(top_k=3),
+        )
         out = retriever.run(query="Who designed the Zephyr footbridge?", source="web")
     finally:
         search_site.close()
