@@ -10,6 +10,8 @@ from typing import Any
 import httpx
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from docqa.components.bounded_body import BodyTooLarge, read_bounded
+
 WEB_SOURCE = "web"
 _MAX_RESULT_CHARS = 2000
 
@@ -60,7 +62,7 @@ class SearxngWebSearch:
             body = self._fetch(query)
         except httpx.TimeoutException:
             return {"documents": [], "error": f"web search timed out after {self.timeout_s:g}s"}
-        except (httpx.HTTPError, OSError, _TooLarge, _TooSlow) as exc:
+        except (httpx.HTTPError, OSError, BodyTooLarge) as exc:
             return {"documents": [], "error": f"web search failed: {type(exc).__name__}: {str(exc)[:200]}"}
         try:
             data = json.loads(body)
@@ -79,16 +81,7 @@ class SearxngWebSearch:
             client.stream("GET", self.url, params={"q": query, "format": "json"}) as response,
         ):
             response.raise_for_status()
-            chunks, size = [], 0
-            for chunk in response.iter_bytes():
-                size += len(chunk)
-                if size > self.max_bytes:
-                    raise _TooLarge(f"response larger than {self.max_bytes} bytes")
-                # A server trickling bytes would reset the per-read timeout forever: bound the whole read.
-                if time.monotonic() > deadline:
-                    raise _TooSlow(f"response not complete after {self.timeout_s:g}s")
-                chunks.append(chunk)
-        return b"".join(chunks)
+            return read_bounded(response, self.max_bytes, deadline, "response")
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, url=self.url, timeout_s=self.timeout_s, max_bytes=self.max_bytes, top_k=self.top_k)
@@ -96,14 +89,6 @@ class SearxngWebSearch:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearxngWebSearch:
         return default_from_dict(cls, data)
-
-
-class _TooLarge(Exception):
-    pass
-
-
-class _TooSlow(Exception):
-    pass
 
 
 def _document(result: Any) -> Document | None:

@@ -21,6 +21,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from docqa.components.bounded_body import BodyTooLarge, read_bounded
 from docqa.components.searxng_web_search import WEB_SOURCE
 from docqa.errors import DocqaError
 from docqa.ingestion.chunking import clean_text, split_words
@@ -161,7 +162,7 @@ class WebPageReader:
         except DocqaError as exc:
             # The converter names the file it was given; the URL already says which page it was.
             return _error(url, exc.message.split(": ", 1)[-1])
-        except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError, _Refused) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError, BodyTooLarge, _Refused) as exc:
             # Whatever a server or a result's URL does, one page fails, never the retrieval.
             return _error(url, str(exc) or type(exc).__name__)
         text = clean_text(converted.text)
@@ -185,16 +186,8 @@ class WebPageReader:
                     url = urljoin(url, response.headers.get("location", ""))
                     continue
                 response.raise_for_status()
-                chunks, size = [], 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > self.max_bytes:
-                        raise _Refused(f"page larger than {self.max_bytes} bytes")
-                    # A server trickling bytes would reset the per-read timeout forever: bound the whole read.
-                    if time.monotonic() > deadline:
-                        raise httpx.ReadTimeout("deadline passed")
-                    chunks.append(chunk)
-                return b"".join(chunks), response.headers.get("content-type", ""), url
+                body = read_bounded(response, self.max_bytes, deadline, "page")
+                return body, response.headers.get("content-type", ""), url
         raise _Refused(f"more than {MAX_REDIRECTS} redirects")
 
     def _pinned(self, url: str) -> tuple[str, dict[str, str], dict[str, Any]]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -31,6 +31,7 @@ from docqa.result import PipelineResult
 from docqa.runtime import Runtime
 from docqa.settings import Settings
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
+from tests.support.loopback_http import LoopbackSite, Route, delayed, reply, trickle
 from tests.support.scripted_chat import ScriptedChatGenerator
 
 ALICE = AccessScope("acme", frozenset({"alice"}))
@@ -520,32 +521,6 @@ class TestAccessControl:
         assert archive_ids == {"old_hotel", "retreat"}
 
 
-class _SearchHandler(BaseHTTPRequestHandler):
-    behaviour: Callable[[BaseHTTPRequestHandler], None]
-
-    def do_GET(self) -> None:
-        type(self).behaviour(self)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # the timeout tests hang up on the slow handler on purpose
-
-
-def _reply(body: bytes, content_type: str = "application/json") -> Callable[[BaseHTTPRequestHandler], None]:
-    def behaviour(handler: BaseHTTPRequestHandler) -> None:
-        handler.send_response(200)
-        handler.send_header("Content-Type", content_type)
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    return behaviour
-
-
 def _searx(handler: BaseHTTPRequestHandler) -> None:
     from urllib.parse import parse_qs, urlparse
 
@@ -565,30 +540,17 @@ def _searx(handler: BaseHTTPRequestHandler) -> None:
             ]
         }
     ).encode()
-    _reply(body)(handler)
+    reply(body)(handler)
 
 
-def _slow(handler: BaseHTTPRequestHandler) -> None:
-    time.sleep(2.0)
-    _reply(b'{"results": []}')(handler)
+_slow = delayed(2.0, reply(b'{"results": []}'))
 
 
 @pytest.fixture
-def search_server() -> Iterator[Callable[[Callable[[BaseHTTPRequestHandler], None]], str]]:
-    servers: list[_QuietServer] = []
-
-    def serve(behaviour: Callable[[BaseHTTPRequestHandler], None]) -> str:
-        handler = type("Handler", (_SearchHandler,), {"behaviour": staticmethod(behaviour)})
-        server = _QuietServer(("127.0.0.1", 0), handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/search"
-
-    yield serve
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+def search_server() -> Iterator[Callable[[Route], str]]:
+    """Serves a route at every path of a new loopback server; gives that server's /search URL."""
+    with ExitStack() as sites:
+        yield lambda route: sites.enter_context(LoopbackSite({"*": route})).url("/search")
 
 
 class TestWebSource:
@@ -607,13 +569,19 @@ class TestWebSource:
         assert out["documents"] == [] and "timed out" in out["error"]
         assert time.monotonic() - started < 1.5
 
+    def test_a_search_trickling_its_reply_times_out_as_a_whole(self, search_server):
+        started = time.monotonic()
+        out = SearxngWebSearch(url=search_server(trickle(b" ", 40, 0.1)), timeout_s=0.5).run(query="acme")
+        assert out == {"documents": [], "error": "web search timed out after 0.5s"}
+        assert time.monotonic() - started < 1.5
+
     @pytest.mark.parametrize("body", [b"<html>not json</html>", b'{"results": 5}', b"[1, 2]", b"\xff\xfe\x00"])
     def test_garbage_gives_no_documents_and_an_error(self, search_server, body):
-        out = SearxngWebSearch(url=search_server(_reply(body)), timeout_s=2).run(query="acme")
+        out = SearxngWebSearch(url=search_server(reply(body)), timeout_s=2).run(query="acme")
         assert out["documents"] == [] and out["error"]
 
     def test_an_oversized_response_is_refused(self, search_server):
-        out = SearxngWebSearch(url=search_server(_reply(b" " * 5000)), timeout_s=2, max_bytes=1000).run(query="a")
+        out = SearxngWebSearch(url=search_server(reply(b" " * 5000)), timeout_s=2, max_bytes=1000).run(query="a")
         assert out["documents"] == [] and "larger than" in out["error"]
 
     def test_mspr_switches_to_the_web_and_cites_it_as_public(self, settings, search_server):
@@ -654,7 +622,7 @@ class TestWebSource:
         def site(handler: BaseHTTPRequestHandler) -> None:
             base = f"http://{handler.headers['Host']}"
             if handler.path.startswith("/search"):
-                _reply(
+                reply(
                     json.dumps(
                         {
                             "results": [
@@ -669,7 +637,7 @@ class TestWebSource:
                     ).encode()
                 )(handler)
             elif handler.path == "/bridges.html":
-                _reply(page, "text/html; charset=utf-8")(handler)
+                reply(page, "text/html; charset=utf-8")(handler)
             else:
                 handler.send_error(404)
 
@@ -751,7 +719,7 @@ class TestWebSource:
             is None
         )
 
-    @pytest.mark.parametrize("behaviour", [_slow, _reply(b"garbage")])
+    @pytest.mark.parametrize("behaviour", [_slow, reply(b"garbage")])
     def test_a_failing_web_source_is_an_empty_observation_with_its_error(self, settings, search_server, behaviour):
         settings = settings.model_copy(
             update={

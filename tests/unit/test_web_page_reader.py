@@ -4,10 +4,9 @@ and refused when they live on a non-public address."""
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from docqa.components.searxng_web_search import SearxngWebSearch, _document
 from docqa.components.web_page_reader import WebPageReader, chunk_document_id
 from docqa.ingestion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.converters import convert_bytes
+from tests.support.loopback_http import LoopbackSite, Route, delayed, reply, trickle
 
 ANSWER = "The Zephyr footbridge was designed by the engineer Marta Lindqvist and opened in 1931."
 FILLER = (
@@ -39,24 +39,6 @@ DEEP_HTML = _html("Bridges of Tallmark", [FILLER * 3 for _ in range(6)] + [ANSWE
 NOTES_TXT = ("Visitor notes.\n\nThe old mill by the river now houses a bakery.\n\n" + FILLER * 4).encode()
 CHUNK_WORDS, OVERLAP = 40, 5
 
-Route = Callable[[BaseHTTPRequestHandler], None]
-
-
-def _send(body: bytes, content_type: str, status: int = 200) -> Route:
-    def route(handler: BaseHTTPRequestHandler) -> None:
-        handler.send_response(status)
-        handler.send_header("Content-Type", content_type)
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    return route
-
-
-def _hang(handler: BaseHTTPRequestHandler) -> None:
-    time.sleep(3.0)
-    _send(b"too late", "text/plain")(handler)
-
 
 def _redirect(location: str) -> Route:
     def route(handler: BaseHTTPRequestHandler) -> None:
@@ -69,62 +51,22 @@ def _redirect(location: str) -> Route:
 
 
 ROUTES: dict[str, Route] = {
-    "/deep.html": _send(DEEP_HTML, "text/html; charset=utf-8"),
-    "/notes": _send(NOTES_TXT, "text/plain"),
-    "/hang": _hang,
-    "/large.txt": _send(b"word " * 20_000, "text/plain"),
-    "/broken": _send(b"internal error", "text/plain", status=500),
-    "/garbage": _send(bytes(range(256)) * 8, "text/plain"),
-    "/blob": _send(bytes(range(256)) * 8, "application/octet-stream"),
-    "/empty.html": _send(b"<html><body>   </body></html>", "text/html"),
+    "/deep.html": reply(DEEP_HTML, "text/html; charset=utf-8"),
+    "/notes": reply(NOTES_TXT, "text/plain"),
+    "/hang": delayed(3.0, reply(b"too late", "text/plain")),
+    "/large.txt": reply(b"word " * 20_000, "text/plain"),
+    "/broken": reply(b"internal error", "text/plain", status=500),
+    "/garbage": reply(bytes(range(256)) * 8, "text/plain"),
+    "/blob": reply(bytes(range(256)) * 8, "application/octet-stream"),
+    "/empty.html": reply(b"<html><body>   </body></html>", "text/html"),
     "/moved": _redirect("/deep.html"),
 }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    routes: dict[str, Route]
-    hits: list[str]
-
-    def do_GET(self) -> None:
-        type(self).hits.append(self.path)
-        route = type(self).routes.get(self.path.split("?")[0]) or type(self).routes.get("*")
-        if route is None:
-            _send(b"not found", "text/plain", status=404)(self)
-        else:
-            route(self)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # the reader hangs up on slow and oversized pages on purpose
-
-
-class Site:
-    def __init__(self, routes: dict[str, Route], host: str = "127.0.0.1") -> None:
-        self.hits: list[str] = []
-        handler = type("Handler", (_Handler,), {"routes": routes, "hits": self.hits})
-        self.server = _QuietServer((host, 0), handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.base = f"http://{host}:{self.server.server_address[1]}"
-
-    def url(self, path: str) -> str:
-        return self.base + path
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def site() -> Iterator[Site]:
-    served = Site(ROUTES)
-    yield served
-    served.close()
+def site() -> Iterator[LoopbackSite]:
+    with LoopbackSite(ROUTES) as served:
+        yield served
 
 
 def _result(url: str, title: str, snippet: str) -> Document:
@@ -230,23 +172,11 @@ class TestFailures:
         assert any(d.meta.get("fetched") and d.meta["url"] == site.url("/notes") for d in out["documents"])
 
     def test_the_whole_page_read_is_bounded_not_each_read(self):
-        def trickle(handler: BaseHTTPRequestHandler) -> None:
-            handler.send_response(200)
-            handler.send_header("Content-Type", "text/plain")
-            handler.end_headers()
-            for _ in range(40):
-                handler.wfile.write(b"slow words ")
-                handler.wfile.flush()
-                time.sleep(0.1)
-
-        slow = Site({"/trickle": trickle})
-        try:
+        with LoopbackSite({"/trickle": trickle(b"slow words ", 40, 0.1)}) as slow:
             started = time.monotonic()
             out = _reader(timeout_s=0.8).run(query="slow", documents=[_result(slow.url("/trickle"), "T", "Slow.")])
             assert time.monotonic() - started < 2.0
             assert out["errors"] == [f"web page {slow.url('/trickle')}: timed out after 0.8s"]
-        finally:
-            slow.close()
 
 
 class TestAddresses:
@@ -280,12 +210,9 @@ class TestAddresses:
     def test_every_redirect_hop_is_checked(self, site, monkeypatch):
         # 127.0.0.2 stands in for a public address; the page it redirects to is on 127.0.0.1.
         monkeypatch.setattr(web_page_reader, "is_public_address", lambda address: str(address) == "127.0.0.2")
-        public = Site({"/moved": _redirect(site.url("/deep.html"))}, host="127.0.0.2")
-        try:
+        with LoopbackSite({"/moved": _redirect(site.url("/deep.html"))}, host="127.0.0.2") as public:
             snippet = _result(public.url("/moved"), "Moved", "Moved.")
             out = WebPageReader(timeout_s=2).run(query="Zephyr", documents=[snippet])
-        finally:
-            public.close()
         assert public.hits == ["/moved"] and site.hits == []
         assert _kept_snippet(out, snippet)
         assert out["errors"] == [
@@ -297,16 +224,13 @@ class TestAddresses:
 
         def forward(handler: BaseHTTPRequestHandler) -> None:
             seen.append((handler.path, handler.headers["Host"]))
-            _send(NOTES_TXT, "text/plain")(handler)
+            reply(NOTES_TXT, "text/plain")(handler)
 
-        proxy = Site({"*": forward})
         for variable in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
             monkeypatch.delenv(variable, raising=False)
-        monkeypatch.setenv("HTTP_PROXY", proxy.base)
-        try:
+        with LoopbackSite({"*": forward}) as proxy:
+            monkeypatch.setenv("HTTP_PROXY", proxy.base)
             out = _reader().run(query="mill", documents=[_result("http://localhost:9/notes", "Notes", "Notes.")])
-        finally:
-            proxy.close()
         assert seen == [("http://localhost:9/notes", "localhost:9")]
         assert out["errors"] == [] and "bakery" in out["documents"][0].content
 
@@ -372,7 +296,7 @@ class TestBounds:
         assert copy.to_dict() == data
 
 
-def _searx_for(site: Site) -> Route:
+def _searx_for(site: LoopbackSite) -> Route:
     def route(handler: BaseHTTPRequestHandler) -> None:
         body = json.dumps(
             {
@@ -387,14 +311,13 @@ def _searx_for(site: Site) -> Route:
                 ]
             }
         ).encode()
-        _send(body, "application/json")(handler)
+        reply(body, "application/json")(handler)
 
     return route
 
 
 def test_the_retriever_returns_read_chunks_for_a_web_source_and_reports_failed_pages(site):
-    search_site = Site({"/search": _searx_for(site)})
-    try:
+    with LoopbackSite({"/search": _searx_for(site)}) as search_site:
         retriever = MultiSourceRetriever(
             retriever=None,
             sources=["collection:main", "web"],
@@ -403,8 +326,6 @@ def test_the_retriever_returns_read_chunks_for_a_web_source_and_reports_failed_p
             page_reader=_reader(top_k=3),
         )
         out = retriever.run(query="Who designed the Zephyr footbridge?", source="web")
-    finally:
-        search_site.close()
     assert out["source"] == "web" and len(out["documents"]) == 3
     assert "Marta Lindqvist" in out["documents"][0].content and out["documents"][0].meta["fetched"] is True
     assert out["error"] == f"web page {site.url('/broken')}: HTTP 500"
