@@ -1,7 +1,10 @@
-"""Texts per second of the embedding backends on the same MuSiQue passages, threads and batch size: a bare
+"""Texts per second of the embedding backends on the same MuSiQue passages and threads: a bare
 `SentenceTransformer.encode` on PyTorch against the ONNX Runtime exports (fp32 and int8) that
-`DOCQA_EMBEDDING_BACKEND=onnx|onnx-int8` uses. Backends take turns, round after round, so a busy machine
-slows them alike; the figure is each backend's median over rounds. Prints figures; asserts nothing.
+`DOCQA_EMBEDDING_BACKEND=onnx|onnx-int8` uses. PyTorch runs twice: at `--batch-size` (its default 32, the bare
+encode) and at its fastest batch size from a sweep over `--sweep` on the first `--sweep-texts` passages, so
+the ONNX figures can be compared with both. The int8 session runs in its own micro-batches (`INT8_MICRO_BATCH`)
+whatever batch size it is given. Backends take turns, round after round, so a busy machine slows them alike;
+the figure is each backend's median over rounds. Prints figures; asserts nothing.
 
     nice -n 10 python bench/embedding_throughput.py --texts 300 --rounds 3 --threads 1
 """
@@ -32,6 +35,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="PyTorch and ONNX Runtime intra-op threads")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--sweep", default="1,2,4,8,16,32", help="PyTorch batch sizes to try")
+    parser.add_argument("--sweep-texts", type=int, default=100, help="passages per sweep point")
     parser.add_argument("--models-dir", default=None, help="where exports are kept (default: a temporary dir)")
     args = parser.parse_args()
     if not (shared_data_dir() / "multihop").is_dir():
@@ -50,35 +55,47 @@ def main() -> None:
         int8 = ensure_onnx_export(model, models_dir, quantize=True)
         print(f"exports ready in {time.perf_counter() - started:.1f} s ({models_dir})")
         reference = SentenceTransformer(model, device="cpu", local_files_only=True)
+
+        def torch_encode(batch_size: int):
+            return lambda batch: reference.encode(
+                batch, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True
+            )
+
+        sample = texts[: args.sweep_texts]
+        torch_encode(32)(sample)  # warm-up
+        sweep = {}
+        for size in (int(s) for s in args.sweep.split(",")):
+            started = time.perf_counter()
+            torch_encode(size)(sample)
+            sweep[size] = len(sample) / (time.perf_counter() - started)
+        best = max(sweep, key=sweep.get)
+        print("torch sweep, texts/s: " + ", ".join(f"batch {k}: {v:.1f}" for k, v in sweep.items()))
+        onnx_fp32 = OnnxEncoder(model, fp32 / "model.onnx", threads=args.threads)
+        onnx_int8 = OnnxEncoder(model, int8 / "model.onnx", threads=args.threads)
         backends = {
-            "torch": lambda batch: reference.encode(
-                batch, batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True
-            ),
-            "onnx": OnnxEncoder(model, fp32 / "model.onnx", threads=args.threads).encode,
-            "onnx-int8": OnnxEncoder(model, int8 / "model.onnx", threads=args.threads).encode,
+            f"torch@{args.batch_size}": torch_encode(args.batch_size),
+            f"torch-best@{best}": torch_encode(best),
+            f"onnx@{args.batch_size}": lambda batch: onnx_fp32.encode(batch, batch_size=args.batch_size),
+            f"onnx-int8@{onnx_int8.micro_batch}": lambda batch: onnx_int8.encode(batch, batch_size=args.batch_size),
         }
         vectors = {name: encode(texts[:64]) for name, encode in backends.items()}  # warm-up, and agreement
         rates: dict[str, list[float]] = {name: [] for name in backends}
         for _ in range(args.rounds):
             for name, encode in backends.items():
                 started = time.perf_counter()
-                if name == "torch":
-                    encode(texts)
-                else:
-                    encode(texts, batch_size=args.batch_size)
+                encode(texts)
                 rates[name].append(len(texts) / (time.perf_counter() - started))
-    print(
-        f"{len(texts)} MuSiQue passages, {args.threads} thread(s), batch {args.batch_size}, "
-        f"median of {args.rounds} interleaved rounds"
-    )
-    base = statistics.median(rates["torch"])
-    print(f"{'backend':<10} {'texts/s':>8} {'vs torch':>8} {'cosine to torch (mean / min)':>30}   rounds")
+    print(f"{len(texts)} MuSiQue passages, {args.threads} thread(s), median of {args.rounds} interleaved rounds")
+    default, fastest = (statistics.median(rates[name]) for name in list(rates)[:2])
+    reference_name = f"torch@{args.batch_size}"
+    header = f"{'backend@batch':<16} {'texts/s':>8} {'vs ' + reference_name:>12} {'vs torch-best':>13}"
+    print(f"{header} {'cosine to torch (mean / min)':>30}   rounds")
     for name, values in rates.items():
-        cosine = (vectors[name] * vectors["torch"]).sum(axis=1)
+        cosine = (vectors[name] * vectors[reference_name]).sum(axis=1)
         median = statistics.median(values)
         print(
-            f"{name:<10} {median:8.1f} {median / base:7.2f}x {cosine.mean():14.4f} / {cosine.min():.4f}   "
-            + " ".join(f"{v:.1f}" for v in values)
+            f"{name:<16} {median:8.1f} {median / default:11.2f}x {median / fastest:12.2f}x "
+            f"{cosine.mean():14.4f} / {cosine.min():.4f}   " + " ".join(f"{v:.1f}" for v in values)
         )
 
 
