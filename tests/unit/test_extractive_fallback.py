@@ -97,6 +97,17 @@ class TestUnusable:
         assert unusable_reason(QUESTION, f"Question: {QUESTION}", []) == "echo"
         assert unusable_reason(QUESTION, "30 days", []) is None
 
+    def test_a_reply_stuck_in_a_loop_is_repetitive_but_prose_is_not(self):
+        assert unusable_reason(QUESTION, "User datamodel\n\n" * 20, []) == "repetitive"
+        assert unusable_reason(QUESTION, "Expense reports are due in 30 days. " * 6, []) == "repetitive"
+        prose = (
+            "Employees submit expense reports within 30 days of the end of a trip. Receipts are required for "
+            "every item above 25 euros, and the manager approves the report before finance pays it. Late "
+            "reports need a written reason, and the finance team may refuse them after 90 days."
+        )
+        assert unusable_reason(QUESTION, prose, []) is None
+        assert unusable_reason(QUESTION, "yes yes yes", []) is None  # too short to call a loop
+
     def test_the_last_grade_decides_groundedness(self):
         graded = [Step(0, "grading", "g", outputs={"grounded": True}),
                   Step(1, "grading", "g", outputs={"grounded": False})]
