@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from haystack import Document
 
@@ -101,6 +102,9 @@ class TestOnnxBackends:
         # One fused attention per layer of all-MiniLM-L6-v2: the speed of the recipe rests on the fusion.
         assert report["fused_operators"]["Attention"] == 6
         assert report["mean_cosine"] >= embedding.INT8_MIN_MEAN_COSINE
+        operators = {node.op_type for node in onnx.load(str(export / "model.onnx")).graph.node}
+        assert {"QAttention", "MatMulInteger", "EmbedLayerNormalization"} <= operators  # embedding table in float
+        assert "QEmbedLayerNormalization" not in operators
 
     def test_int8_session_runs_in_micro_batches_whatever_the_batch_size(self, data_dir):
         model = embedding.embedding_model_path(Settings())
@@ -197,11 +201,12 @@ class TestEmbeddingSpaces:
         assert spaces["torch"].endswith(":fp32")
         assert spaces["onnx-int8"].endswith(f":int8v{INT8_RECIPE}")
 
-    def test_store_embedded_by_an_older_int8_recipe_refuses_the_current_one(self, tmp_path):
+    @pytest.mark.parametrize("old_space", ["int8", "int8v2"])  # what recipes 1 and 2 recorded
+    def test_store_embedded_by_an_older_int8_recipe_refuses_the_current_one(self, tmp_path, old_space):
         model = embedding.embedding_model_path(Settings())
-        assert onnx_export_dir(model, str(tmp_path), quantize=True).name != "onnx-int8"  # recipe 1's directory
+        assert onnx_export_dir(model, str(tmp_path), quantize=True).name != f"onnx-{old_space}"
         current = embedding_space(Settings(embedding_backend="onnx-int8"))
-        old = current.rsplit(":", 1)[0] + ":int8"  # what recipe 1 recorded
+        old = current.rsplit(":", 1)[0] + ":" + old_space
         path = str(tmp_path / "documents.sqlite3")
         written = EmbeddedDocumentStore(path=path, embedding_space=old)
         written.write_documents([Document(id="a", content="alpha", embedding=[1.0, 0.0])])
