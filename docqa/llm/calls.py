@@ -285,6 +285,11 @@ def generate_json(generator: ChatGenerator, prompt: str, schema: dict[str, Any],
 _ANSWER_LABEL = re.compile(r"^\s*(?:final\s+)?answer\s*:\s*", re.IGNORECASE)
 _QUESTION_LINE = re.compile(r"^\s*question\s*:", re.IGNORECASE)
 _MIN_ECHO_PREFIX = 20
+# A reply line that starts with this many characters of an instruction line of the prompt is an echo of the
+# instruction, even when the model then wanders off it ("...numbered passages below. [1][4]"). Numbered passage
+# lines ("[n] ...") do not count: an answer may rightly quote a passage.
+_MIN_INSTRUCTION_ECHO = 60
+_WORD = re.compile(r"[^\W\d_]{2,}")
 
 
 def strip_prompt_echo(reply: str, prompt: str) -> str:
@@ -299,10 +304,38 @@ def strip_prompt_echo(reply: str, prompt: str) -> str:
         stripped = line.strip()
         if not stripped or _QUESTION_LINE.match(stripped) or _repeats_a_line(stripped, prompt_lines):
             continue
+        echoed = _instruction_echo(stripped, prompt_lines)
+        if echoed:
+            # Keep what the model added after the echo only when it is words, not "[1][4]." or a few letters.
+            stripped = stripped[echoed:].lstrip(" .,;:-")
+            if len(_WORD.findall(stripped)) < 3:
+                continue
         text = _ANSWER_LABEL.sub("", stripped).strip()
         if text:
             kept.append(text)
     return "\n".join(kept)
+
+
+def _instruction_echo(text: str, prompt_lines: list[str]) -> int:
+    """How many leading characters of `text` repeat an instruction line of the prompt (0: fewer than required)."""
+    longest = 0
+    for line in prompt_lines:
+        if not line.startswith("["):
+            longest = max(longest, _shared_start(text, line))
+    if longest < _MIN_INSTRUCTION_ECHO:
+        return 0
+    # Cut at a word boundary: "...below. End" against "...below. Ending" shares "End".
+    while longest < len(text) and longest and text[longest - 1].isalnum() and text[longest].isalnum():
+        longest -= 1
+    return longest
+
+
+def _shared_start(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
 
 
 def _repeats_a_line(text: str, prompt_lines: list[str]) -> bool:

@@ -277,3 +277,24 @@ class TestStripPromptEcho:
         prompt = "[1] Onboarding guide New employees receive their laptop on their first day.\nQuestion: When?\nAnswer:"
         assert strip_prompt_echo("[1] Onboarding guide New employees receive", prompt) == ""
         assert strip_prompt_echo("[1] Onboarding", prompt) == "[1] Onboarding"
+
+    def test_a_reply_starting_with_an_instruction_line_drops_the_echo(self):
+        from docqa.llm.calls import strip_prompt_echo
+
+        instruction = (
+            "Write a complete, detailed answer to the question in several paragraphs, using the findings and the "
+            "numbered passages below. End every paragraph with the numbers of the passages it is based on."
+        )
+        passage = "[1] Retief is left in charge of the directorate while Magnan is away for two weeks."
+        prompt = f"{instruction}\n\n{passage}\nQuestion: What happens?\nAnswer:"
+        echo = "Write a complete, detailed answer to the question in several paragraphs, using the findings and the "
+        assert strip_prompt_echo(echo + "numbered passages below. [1][4]", prompt) == ""
+        assert strip_prompt_echo(echo + "numbered passages below. Retief takes charge of MUDDLE.", prompt) == (
+            "Retief takes charge of MUDDLE."
+        )
+        # Quoting a passage is an answer, not an echo of the instructions.
+        quoted = "[1] Retief is left in charge of the directorate while Magnan is away, and he acts at once."
+        assert strip_prompt_echo(quoted, prompt) == quoted
+        assert strip_prompt_echo("Write a complete answer: Retief takes charge.", prompt) == (
+            "Write a complete answer: Retief takes charge."
+        )
