@@ -43,9 +43,13 @@ class Settings(BaseSettings):
     # Embeddings: None means the packaged all-MiniLM-L6-v2; any local sentence-transformers directory works.
     embedding_model: str | None = None
     embedding_batch_size: int = 32
-    # `torch` (sentence-transformers on PyTorch), `onnx` (the model exported once to ONNX under data_dir/models,
-    # verified to embed like PyTorch) or `onnx-int8` (that export, int8-quantised: a separate embedding space).
-    embedding_backend: Literal["torch", "onnx", "onnx-int8"] = "torch"
+    # `torch` (sentence-transformers on PyTorch), `onnx` (the model exported once to ONNX on this machine,
+    # verified to embed like PyTorch), `onnx-int8` (an int8-quantised export: a separate embedding space, several
+    # times faster on CPUs) or `auto`: the backend that embedded the existing embedded store, else `onnx-int8`.
+    embedding_backend: Literal["auto", "torch", "onnx", "onnx-int8"] = "auto"
+    # Where ONNX exports are kept; None: $XDG_CACHE_HOME/docqa/models (~/.cache), or data_dir/models when that
+    # cannot be written. Exports depend only on the model, so every data dir on a machine shares them.
+    embedding_cache_dir: Path | None = None
     # ONNX Runtime intra-op threads; 0 means OMP_NUM_THREADS if set, else the runtime's default.
     embedding_threads: int = Field(default=0, ge=0)
 

@@ -248,6 +248,35 @@ class TestEmbeddingSpaces:
         for store in (fp32, int8):
             store.close()
 
+    def test_auto_takes_int8_for_a_new_store_and_keeps_an_existing_store_on_its_backend(self, tmp_path):
+        fresh = Settings(data_dir=tmp_path / "new")
+        assert fresh.embedding_backend == "auto"
+        assert embedding.resolve_backend(fresh) == "onnx-int8"
+        assert embedding_space(fresh) == embedding_space(Settings(embedding_backend="onnx-int8"))
+
+        old = tmp_path / "old"
+        torch_store = build_document_store(Settings(data_dir=old, embedding_backend="torch"))
+        torch_store.write_documents([Document(id="a", content="alpha", embedding=[1.0, 0.0])])
+        torch_store.close()
+        upgraded = Settings(data_dir=old)
+        assert embedding.resolve_backend(upgraded) == "torch"
+        store = build_document_store(upgraded)
+        assert [d.id for d in store.embedding_retrieval([1.0, 0.0], top_k=1)] == ["a"]  # no mismatch refusal
+        store.close()
+        # An explicit choice still wins, and is refused by that store as before.
+        assert embedding.resolve_backend(Settings(data_dir=old, embedding_backend="onnx-int8")) == "onnx-int8"
+        # Elasticsearch records no space: auto cannot read one there.
+        assert embedding.resolve_backend(Settings(data_dir=old, elasticsearch_url="http://es:9200")) == "onnx-int8"
+
+    def test_exports_are_shared_by_data_dirs_in_the_user_cache(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        assert embedding.export_cache_dir(Settings(data_dir=tmp_path / "a")) == tmp_path / "cache" / "docqa" / "models"
+        assert embedding.export_cache_dir(Settings(data_dir=tmp_path / "b")) == tmp_path / "cache" / "docqa" / "models"
+        assert embedding.export_cache_dir(Settings(embedding_cache_dir=tmp_path / "x")) == tmp_path / "x"
+        (tmp_path / "file").write_text("not a directory")
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+        assert embedding.export_cache_dir(Settings(data_dir=tmp_path / "a")) == tmp_path / "a" / "models"
+
     def test_store_without_a_configured_space_records_and_checks_nothing(self, tmp_path):
         store = EmbeddedDocumentStore(path=str(tmp_path / "s.sqlite3"))
         store.write_documents([Document(id="a", content="alpha", embedding=[1.0, 0.0])])
