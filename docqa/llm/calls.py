@@ -317,12 +317,18 @@ def strip_prompt_echo(reply: str, prompt: str) -> str:
 
 
 def _instruction_echo(text: str, prompt_lines: list[str]) -> int:
-    """How many leading characters of `text` repeat an instruction line of the prompt (0: fewer than required)."""
+    """How many leading characters of `text` repeat a stretch of an instruction line of the prompt, from its start
+    or from anywhere inside it ("numbered passages below. End every paragraph..."); 0 when too few to count."""
+    head = text[:_MIN_INSTRUCTION_ECHO]
     longest = 0
-    for line in prompt_lines:
-        if not line.startswith("["):
-            longest = max(longest, _shared_start(text, line))
-    if longest < _MIN_INSTRUCTION_ECHO:
+    if len(head) == _MIN_INSTRUCTION_ECHO:
+        for line in prompt_lines:
+            at = line.find(head) if not line.startswith("[") else -1
+            while at >= 0:
+                longest = max(longest, _MIN_INSTRUCTION_ECHO + _shared_start(text[_MIN_INSTRUCTION_ECHO:],
+                                                                           line[at + _MIN_INSTRUCTION_ECHO:]))
+                at = line.find(head, at + 1)
+    if not longest:
         return 0
     # Cut at a word boundary: "...below. End" against "...below. Ending" shares "End".
     while longest < len(text) and longest and text[longest - 1].isalnum() and text[longest].isalnum():

@@ -157,9 +157,17 @@ class TestMalformedOutputNeverCrashes:
     def test_truncated_structured_reply_is_parsed_defensively(self):
         completion = ChatCompletion.model_validate(
             {
-                "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                "choices": [{"index": 0, "finish_reason": "length",
-                             "message": {"role": "assistant", "content": '{"title": "Du'}}],
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "length",
+                        "message": {"role": "assistant", "content": '{"title": "Du'},
+                    }
+                ],
                 "usage": {"prompt_tokens": 5, "completion_tokens": 16, "total_tokens": 21},
             }
         )
@@ -200,11 +208,15 @@ class TestConstrainedRequests:
 
     def test_llama_cpp_python_validation_error_counts_as_a_refused_format(self):
         def rejection():
-            return _status_error(openai.InternalServerError, 500,
-                                 "1 validation error: response_format.type Input should be 'text' or 'json_object'")
+            return _status_error(
+                openai.InternalServerError,
+                500,
+                "1 validation error: response_format.type Input should be 'text' or 'json_object'",
+            )
 
-        llm = FakeEndpoint("http://fallback-c.test/v1", accepts={"json_object"}, reply='{"answer": "Yes"}',
-                           rejection=rejection)
+        llm = FakeEndpoint(
+            "http://fallback-c.test/v1", accepts={"json_object"}, reply='{"answer": "Yes"}', rejection=rejection
+        )
         assert generate_yes_no(llm, "Is it?") is True
         assert llm.formats == ["json_schema", "json_object"]
 
@@ -292,6 +304,12 @@ class TestStripPromptEcho:
         assert strip_prompt_echo(echo + "numbered passages below. Retief takes charge of MUDDLE.", prompt) == (
             "Retief takes charge of MUDDLE."
         )
+        assert (
+            strip_prompt_echo("numbered passages below. End every paragraph with the numbers of the passages", prompt)
+            == ""
+        )
+        wandered = "the question in several paragraphs, using the findings and the numbered passages below. "
+        assert strip_prompt_echo(wandered + "Retief leads the team.", prompt) == "Retief leads the team."
         # Quoting a passage is an answer, not an echo of the instructions.
         quoted = "[1] Retief is left in charge of the directorate while Magnan is away, and he acts at once."
         assert strip_prompt_echo(quoted, prompt) == quoted
