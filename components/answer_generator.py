@@ -9,7 +9,7 @@ from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_chatgenerator_inplace
 
 from docqa.components.prompt_templates import load_prompt, render_prompt
-from docqa.llm.calls import ChatGenerator, generate_text
+from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
 
 
 @component
@@ -47,7 +47,8 @@ class AnswerGenerator:
         :returns: `answer`, the model's stripped reply.
         """
         prompt = render_prompt(self.prompt_template, question=question)
-        return {"answer": generate_text(self.chat_generator, prompt, max_tokens=self.max_tokens, purpose="answer")}
+        reply = generate_text(self.chat_generator, prompt, max_tokens=self.max_tokens, purpose="answer")
+        return {"answer": strip_prompt_echo(reply, prompt)}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(

@@ -10,7 +10,7 @@ from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_chatgenerator_inplace
 
 from docqa.components.prompt_templates import load_prompt, render_prompt
-from docqa.llm.calls import ChatGenerator, generate_text
+from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
 
 _ANSWER_MARK = re.compile(r"^\s*\**\s*(?:final\s+)?answer\s*\**\s*:\s*", re.IGNORECASE | re.MULTILINE)
 _REFERENCE = re.compile(r"\[(\d{1,3})\]")
@@ -72,6 +72,7 @@ class CoTAnswerGenerator:
                                max_document_chars=self.max_document_chars)
         text = generate_text(self.chat_generator, prompt, max_tokens=self.max_tokens, purpose="cot_answer")
         reasoning, answer = split_reasoning(text)
+        answer = strip_prompt_echo(answer, prompt)
         cited = []
         for match in _REFERENCE.finditer(f"{reasoning} {answer}"):
             number = int(match.group(1))

@@ -289,6 +289,7 @@ _MIN_ECHO_PREFIX = 20
 # instruction, even when the model then wanders off it ("...numbered passages below. [1][4]"). Numbered passage
 # lines ("[n] ...") do not count: an answer may rightly quote a passage.
 _MIN_INSTRUCTION_ECHO = 60
+_PLACEHOLDER = re.compile(r"<[^<>\n]{3,120}>")
 _WORD = re.compile(r"[^\W\d_]{2,}")
 
 
@@ -296,31 +297,42 @@ def strip_prompt_echo(reply: str, prompt: str) -> str:
     """The reply without lines that repeat the prompt, "Question: ..." continuations and "Answer:" labels.
 
     Base (not instruction-tuned) models often continue or repeat the prompt instead of answering; what remains
-    may be empty, which callers treat as "no answer" rather than showing the prompt back to the user.
+    may be empty, which callers treat as "no answer" rather than showing the prompt back to the user. Template
+    placeholders copied from the prompt ("<the final answer in one or two sentences>") are dropped too.
     """
+    reply = _PLACEHOLDER.sub(lambda m: "" if m.group(0) in prompt else m.group(0), reply)
     prompt_lines = [line.strip() for line in prompt.splitlines() if line.strip()]
     kept = []
     for line in reply.splitlines():
-        stripped = line.strip()
-        if not stripped or _QUESTION_LINE.match(stripped) or _repeats_a_line(stripped, prompt_lines):
-            continue
-        echoed = _instruction_echo(stripped, prompt_lines)
-        if echoed:
-            # Keep what the model added after the echo only when it is words, not "[1][4]." or a few letters.
-            stripped = stripped[echoed:].lstrip(" .,;:-")
-            if len(_WORD.findall(stripped)) < 3:
-                continue
-        text = _ANSWER_LABEL.sub("", stripped).strip()
+        text = _without_echo(line.strip(), prompt_lines)
+        text = _ANSWER_LABEL.sub("", text).strip()
         if text:
             kept.append(text)
     return "\n".join(kept)
+
+
+def _without_echo(text: str, prompt_lines: list[str]) -> str:
+    """`text` without the prompt it starts with (whole prompt lines, instruction stretches), "" if nothing else."""
+    while text:
+        if _QUESTION_LINE.match(text) or _repeats_a_line(text, prompt_lines):
+            return ""
+        echoed = _instruction_echo(text, prompt_lines)
+        if not echoed:
+            return text
+        # Keep what the model added after the echo only when it has a word, not "[1][4]." alone.
+        text = text[echoed:].lstrip(" .,;:-")
+        if not _WORD.search(text):
+            return ""
+    return text
 
 
 def _instruction_echo(text: str, prompt_lines: list[str]) -> int:
     """How many leading characters of `text` repeat a stretch of an instruction line of the prompt, from its start
     or from anywhere inside it ("numbered passages below. End every paragraph..."); 0 when too few to count."""
     head = text[:_MIN_INSTRUCTION_ECHO]
-    longest = 0
+    # A whole instruction line at the start, however short ("Answer the question as briefly as possible.").
+    longest = max((len(line) for line in prompt_lines if len(line) >= _MIN_ECHO_PREFIX and not line.startswith("[")
+                   and text.startswith(line)), default=0)
     if len(head) == _MIN_INSTRUCTION_ECHO:
         for line in prompt_lines:
             at = line.find(head) if not line.startswith("[") else -1

@@ -316,3 +316,15 @@ class TestStripPromptEcho:
         assert strip_prompt_echo("Write a complete answer: Retief takes charge.", prompt) == (
             "Write a complete answer: Retief takes charge."
         )
+
+    def test_a_whole_instruction_line_run_into_the_answer_is_cut_and_placeholders_go(self):
+        from docqa.llm.calls import strip_prompt_echo
+
+        prompt = "Answer the question as briefly as possible.\n\nQuestion: Who wrote Hamlet?\nAnswer:"
+        assert strip_prompt_echo("Answer the question as briefly as possible. Shakespeare", prompt) == "Shakespeare"
+        reply = "Answer the question as briefly as possible.  Question: Who wrote Hamlet? Answer: x"
+        assert strip_prompt_echo(reply, prompt) == ""
+        cot = "Write two parts:\nReasoning: <step-by-step reasoning>\nAnswer: <the final answer in one sentence>"
+        assert strip_prompt_echo("<the final answer in one sentence>", cot) == ""
+        assert strip_prompt_echo("Paris <the final answer in one sentence>", cot) == "Paris"
+        assert strip_prompt_echo("Use <b> for bold", cot) == "Use <b> for bold"  # not from the prompt: kept
