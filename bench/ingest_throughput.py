@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
 
+from docqa.embedding import resolve_backend
 from docqa.ingestion.pipeline import IngestReport, Source, ingest_documents, ingest_paths
 from docqa.runtime import Runtime
 from docqa.settings import Settings
@@ -74,7 +75,8 @@ def main() -> None:
         embedder.warm_up()
         print(f"model load: {time.perf_counter() - started:.2f} s (not counted below)")
         print(f"chunking: {settings.chunk_words} words, {settings.chunk_overlap_words} overlap; "
-              f"embedding batch {settings.embedding_batch_size}; torch threads {torch.get_num_threads()}")
+              f"embedding backend {resolve_backend(settings)}, batch {settings.embedding_batch_size}; "
+              f"torch threads {torch.get_num_threads()}")
         if args.corpus == "odsum":
             folder = Path(tmp) / "stories"
             folder.mkdir()

@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from docqa.embedding import resolve_backend
 from docqa.ingestion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.jobs import Upload, job_status, submit_job
 from docqa.runtime import Runtime
@@ -183,7 +184,8 @@ def main() -> None:
         tmp = Path(tmp_name)
         base = Settings(data_dir=tmp / "data", database_url=url, broker_url=args.broker_url)
         upgrade_database(base)
-        print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+              f"embedding backend {resolve_backend(base)}")
         if not args.skip_throughput:
             uploads = stories(args.stories)
             # One story (~30 chunks) per task, so two workers share a job of few, long documents.
