@@ -282,7 +282,7 @@ def generate_json(generator: ChatGenerator, prompt: str, schema: dict[str, Any],
     return data
 
 
-_ANSWER_LABEL = re.compile(r"^\s*(?:final\s+)?answer\s*:\s*", re.IGNORECASE)
+_ANSWER_LABEL = re.compile(r"^\s*(?:final\s+)?(?:answer|summary)\s*:\s*", re.IGNORECASE)
 _QUESTION_LINE = re.compile(r"^\s*question\s*:", re.IGNORECASE)
 _MIN_ECHO_PREFIX = 20
 # A reply line that starts with this many characters of an instruction line of the prompt is an echo of the
@@ -314,7 +314,9 @@ def strip_prompt_echo(reply: str, prompt: str) -> str:
 def _without_echo(text: str, prompt_lines: list[str]) -> str:
     """`text` without the prompt it starts with (whole prompt lines, instruction stretches), "" if nothing else."""
     while text:
-        if _QUESTION_LINE.match(text) or _repeats_a_line(text, prompt_lines):
+        # "Answer: <echo>" is an echo too: look past the label the prompt ends with.
+        text = _ANSWER_LABEL.sub("", text).strip()
+        if not text or _QUESTION_LINE.match(text) or _repeats_a_line(text, prompt_lines):
             return ""
         echoed = _instruction_echo(text, prompt_lines)
         if not echoed:

@@ -328,3 +328,12 @@ class TestStripPromptEcho:
         assert strip_prompt_echo("<the final answer in one sentence>", cot) == ""
         assert strip_prompt_echo("Paris <the final answer in one sentence>", cot) == "Paris"
         assert strip_prompt_echo("Use <b> for bold", cot) == "Use <b> for bold"  # not from the prompt: kept
+
+    def test_an_echo_behind_an_answer_or_summary_label_is_an_echo(self):
+        from docqa.llm.calls import strip_prompt_echo
+
+        instruction = "Summarise what the numbered passages say about the question, in a few sentences, citing them."
+        prompt = f"{instruction}\n\n[1] Retief is left in charge.\nQuestion: What happens?\nSummary:"
+        assert strip_prompt_echo(f"Summary: {instruction}", prompt) == ""
+        assert strip_prompt_echo(f"Answer: {instruction[:70]}", prompt) == ""
+        assert strip_prompt_echo("Summary: Retief is in charge [1].", prompt) == "Retief is in charge [1]."
