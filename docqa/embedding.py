@@ -469,8 +469,9 @@ class OnnxEncoder:
             raise ValueError("micro_batch must be >= 0")
         # int8 sessions run one text per call: larger calls pad to their longest text, which costs int8 work the
         # small matrices do not win back (one thread, 300 MuSiQue passages, texts/s at 1/2/4/8/16/32 per call:
-        # 94/94/92/87/80/76). And activations are quantised with one scale per call, so a text's vector would
-        # depend on its neighbours; alone, a query and the same text stored as a document embed identically.
+        # 93/96/96/86/78/64 with recipe 3). And activations are quantised with one scale per call, so a text's
+        # vector would depend on its neighbours; alone, a query and the same text stored as a document embed
+        # identically.
         self.micro_batch = micro_batch or (INT8_MICRO_BATCH if self.quantized else 0)
 
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
