@@ -282,7 +282,7 @@ def generate_json(generator: ChatGenerator, prompt: str, schema: dict[str, Any],
     return data
 
 
-_ANSWER_LABEL = re.compile(r"^\s*(?:final\s+)?(?:answer|summary)\s*:\s*", re.IGNORECASE)
+_ANSWER_LABEL = re.compile(r"^\s*(?:final\s+)?(?:answer|summary)\s*(?::\s*|$)", re.IGNORECASE)
 _QUESTION_LINE = re.compile(r"^\s*question\s*:", re.IGNORECASE)
 _MIN_ECHO_PREFIX = 20
 # A reply line that starts with this many characters of an instruction line of the prompt is an echo of the

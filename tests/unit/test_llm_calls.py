@@ -337,3 +337,5 @@ class TestStripPromptEcho:
         assert strip_prompt_echo(f"Summary: {instruction}", prompt) == ""
         assert strip_prompt_echo(f"Answer: {instruction[:70]}", prompt) == ""
         assert strip_prompt_echo("Summary: Retief is in charge [1].", prompt) == "Retief is in charge [1]."
+        assert strip_prompt_echo("Answer", prompt) == ""  # a bare label is no answer
+        assert strip_prompt_echo("Answers vary by region.", prompt) == "Answers vary by region."
