@@ -33,7 +33,6 @@ import hashlib
 import json
 import os
 import shutil
-import sqlite3
 import tempfile
 import threading
 from dataclasses import replace
@@ -135,20 +134,10 @@ def resolve_backend(settings: Settings) -> str:
 def _recorded_space(settings: Settings) -> str | None:
     if settings.elasticsearch_url:
         return None
+    from docqa.stores.embedded import recorded_space_at
     from docqa.stores.factory import STORE_FILE
 
-    path = settings.store_dir() / STORE_FILE
-    if not path.is_file():
-        return None
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-        try:
-            row = conn.execute("SELECT value FROM store_text WHERE key = 'embedding_space'").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error:  # a store created before spaces were recorded, or not a store
-        return None
-    return row[0] if row else None
+    return recorded_space_at(settings.store_dir() / STORE_FILE)
 
 
 def export_cache_dir(settings: Settings) -> Path:

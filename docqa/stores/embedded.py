@@ -611,20 +611,19 @@ class EmbeddedDocumentStore:
     def recorded_embedding_space(self) -> str | None:
         """The embedding space of the stored embeddings, if recorded."""
         with self._lock:
-            row = self._connection().execute("SELECT value FROM store_text WHERE key = 'embedding_space'").fetchone()
-            return row[0] if row else None
+            return _space_of(self._connection())
 
     def _check_space(self, conn: sqlite3.Connection, record: bool) -> None:
-        row = conn.execute("SELECT value FROM store_text WHERE key = 'embedding_space'").fetchone()
-        if row is None:
+        recorded = _space_of(conn)
+        if recorded is None:
             if record:
                 conn.execute(
                     "INSERT INTO store_text (key, value) VALUES ('embedding_space', ?)", (self.embedding_space,)
                 )
             return
-        if row[0] != self.embedding_space:
+        if recorded != self.embedding_space:
             raise EmbeddingSpaceMismatchError(
-                f"the document store at {self.path} holds embeddings of {row[0]}, but the configured embedder "
+                f"the document store at {self.path} holds embeddings of {recorded}, but the configured embedder "
                 f"produces {self.embedding_space}: set DOCQA_EMBEDDING_MODEL / DOCQA_EMBEDDING_BACKEND back, or "
                 "re-ingest into an empty store (embeddings of different spaces are never mixed in one index)"
             )
@@ -702,6 +701,26 @@ def _vector(blob: bytes | None, dtype: str | None) -> np.ndarray | None:
     if blob is None:
         return None
     return np.frombuffer(blob, dtype=dtype or "f4").astype(np.float32)
+
+
+def recorded_space_at(path: str | Path) -> str | None:
+    """The embedding space recorded by the store file at `path`, read without opening (or creating) a store;
+    None when there is no such file, no embeddings yet, or it predates recorded spaces."""
+    if not Path(path).is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        try:
+            return _space_of(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+
+
+def _space_of(conn: sqlite3.Connection) -> str | None:
+    row = conn.execute("SELECT value FROM store_text WHERE key = 'embedding_space'").fetchone()
+    return row[0] if row else None
 
 
 def _delete_ids(conn: sqlite3.Connection, ids: list[str]) -> None:
