@@ -159,16 +159,9 @@ def tenant_deletions(
                     (after_log, tenant, batch_size),
                 ).fetchall()
                 ids = list(dict.fromkeys(row[1] for row in rows))
-                present = (
-                    {
-                        row[0]
-                        for row in conn.execute(
-                            f"SELECT id FROM documents WHERE id IN ({','.join('?' * len(ids))})", ids
-                        ).fetchall()
-                    }
-                    if ids
-                    else set()
-                )
+                marks = ",".join("?" * len(ids))
+                found = conn.execute(f"SELECT id FROM documents WHERE id IN ({marks})", ids).fetchall() if ids else []
+                present = {row[0] for row in found}
             finally:
                 conn.execute("COMMIT")
             if not rows:
@@ -342,8 +335,9 @@ def cmd_store_copy(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         source.close()
     print(
-        f"copied {result['copied']} chunks in {result['batches']} batches and deleted {result['deleted']} chunks "
-        f"deleted from the source; {result['total_copied']} copied for this tenant and target since the last restart"
+        f"copied {result['copied']} chunks in {result['batches']} batches and removed {result['deleted']} chunks "
+        f"that were deleted from the source; {result['total_copied']} copied for this tenant and target since "
+        "the last restart"
     )
     return 0
 
