@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LLMRole = Literal["reasoner", "summarizer", "generator", "grader", "planner"]
@@ -87,6 +88,10 @@ class Settings(BaseSettings):
     local_llm_startup_timeout_s: float = 60.0
 
     max_question_chars: int = Field(default=2000, ge=1)
+    # Regular expressions of further secrets to mask in every question at its entry, before it is stored, sent to
+    # a model, shown in steps or logged (e.g. '["corp_[0-9a-f]{32}"]'); docqa keys, cloud keys and tokens, bearer
+    # tokens and JWTs are always masked (`docqa.audit.scrub`).
+    secret_patterns: list[str] = Field(default_factory=list, max_length=100)
 
     # Server-side ceilings of what one question may cost, whatever the caller's options ask for. Options above
     # a ceiling are refused (422); the LLM client enforces the call budget, prompt size and token cap per call.
@@ -168,6 +173,19 @@ class Settings(BaseSettings):
     audit_retention_floor_days: int = Field(default=183, ge=0)
     # SIEM collector `docqa audit export --format ocsf|ecs` streams to when no --out is given (http(s) URL).
     audit_export_url: str | None = None
+
+    @field_validator("secret_patterns")
+    @classmethod
+    def _compilable_patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"secret pattern {pattern!r} is not a regular expression: {exc}") from None
+            # A pattern matching the empty string would mask between every character of every question.
+            if compiled.fullmatch(""):
+                raise ValueError(f"secret pattern {pattern!r} matches the empty string")
+        return patterns
 
     def store_dir(self) -> Path:
         return self.data_dir / "store"
