@@ -36,11 +36,16 @@ REASON_EMPTY = "empty"
 REASON_ECHO = "echo"
 REASON_UNGROUNDED = "ungrounded"
 REASON_REPETITIVE = "repetitive"
+REASON_LLM_BUDGET = "llm_budget"
+# The step a strategy records when the question's LLM call budget ended its run before it answered
+# (`docqa.pipelines.haystack_strategy`): the answer is then empty for that reason, not because the model said nothing.
+LLM_BUDGET_STEP = "llm_budget"
 _REASON_TEXT = {
     REASON_EMPTY: "the model gave no answer",
     REASON_ECHO: "the model only repeated the question or prompt",
     REASON_UNGROUNDED: "the model's answer was judged not supported by the retrieved passages",
     REASON_REPETITIVE: "the model's reply was one phrase repeated over and over",
+    REASON_LLM_BUDGET: "the question's LLM call budget ran out before the model answered",
 }
 
 # A reply of at least REPETITIVE_MIN_WORDS words whose distinct word trigrams are below this share of all its
@@ -95,9 +100,12 @@ def _is_passage(doc: Any) -> bool:
 
 
 def unusable_reason(question: str, answer: str, steps: Sequence[Step]) -> str | None:
-    """Why the model's answer cannot be shown ("empty", "echo", "repetitive", "ungrounded"), or None when usable."""
+    """Why the model's answer cannot be shown ("empty", "echo", "repetitive", "ungrounded", "llm_budget"), or None
+    when usable."""
     text = _normalized(answer)
     if not text:
+        if steps and steps[-1].name == LLM_BUDGET_STEP:
+            return REASON_LLM_BUDGET
         # The answer generators drop replies that only repeat the prompt; a model that did reply was echoing.
         replied = any((call.get("response") or "").strip() for step in steps
                       for call in step.outputs.get("llm_calls", []) if isinstance(call, dict))

@@ -9,6 +9,9 @@ The contract between docqa and a strategy's graph:
 - outputs: exactly one pipeline output named `answer`; optional `cited_documents` (the citations),
   `citations` (ready-made `Citation`s that, when produced, replace those of `cited_documents`) and
   `stop_reason`. A run that produces no answer (e.g. a blocked graph, which Haystack returns as `{}`) is an error.
+- budget: a run the LLM call budget stops after model calls were made answers with what it gathered (the
+  extracted sentences of its passages) and `stop_reason` `llm_budget`, never an error; refused before any call,
+  it raises `LLMBudgetExceededError`.
 - steps: one per component run, from docqa's Haystack tracer (`docqa.step_tracer`); the step kind is the
   strategy's mapping, else the component's `step_kind` attribute, else a guess from its class name.
 - config: the pipeline's `to_dict()` plus the models by role; its hash is the config hash of every answer.
@@ -31,9 +34,11 @@ from haystack.core.serialization import component_to_dict, generate_qualified_cl
 
 from docqa.access import AccessScope, restrict
 from docqa.errors import ConfigurationError
+from docqa.extractive_fallback import LLM_BUDGET_STEP
 from docqa.pipelines.base import citations_from_documents, finish, validate_question
 from docqa.recording import StepRecorder
 from docqa.result import PipelineResult
+from docqa.run_control import LLMBudgetExceededError
 from docqa.step_tracer import enable_step_tracing, installed_tracer, record_steps
 
 QUESTION_SOCKETS = ("question", "query")
@@ -44,6 +49,7 @@ CITATIONS_OUTPUT = "cited_documents"
 # them (not None) they replace the citations built from `cited_documents`.
 READY_CITATIONS_OUTPUT = "citations"
 STOP_REASON_OUTPUT = "stop_reason"
+STOP_LLM_BUDGET = "llm_budget"
 
 _KIND_BY_SUFFIX = (
     ("Retriever", "retrieval"),
@@ -124,6 +130,14 @@ def check_access_wiring(pipeline: Pipeline, serialized: dict[str, Any] | None = 
                 f"component {name!r} reads a document store but takes no `filters` input, "
                 "so docqa cannot apply the caller's access filters to it"
             )
+
+
+def _budget_error(exc: BaseException) -> LLMBudgetExceededError | None:
+    """The LLM budget error behind a pipeline error, through the wrapping of nested pipelines (SuperComponents)."""
+    cause: BaseException | None = exc
+    while isinstance(cause, PipelineRuntimeError):
+        cause = cause.__cause__
+    return cause if isinstance(cause, LLMBudgetExceededError) else None
 
 
 def _ensure_tracing() -> None:
@@ -250,14 +264,20 @@ class HaystackStrategy:
         data = self.pipeline_data(question, restrict(scope, filters), inputs)
         recorder = StepRecorder()
         _ensure_tracing()
+        out_of_budget: LLMBudgetExceededError | None = None
         with record_steps(recorder, self.kinds):
             try:
                 outputs = self.pipeline.run(data)
             except PipelineRuntimeError as exc:
-                # The component's own error (LLM unavailable, budget exceeded, run stopped) is what callers handle.
-                if exc.__cause__ is not None:
-                    raise exc.__cause__ from None
-                raise
+                out_of_budget = _budget_error(exc)
+                if out_of_budget is None or not recorder.totals().llm_calls:
+                    # The component's own error (LLM unavailable, run stopped, a budget that refused the very
+                    # first call, so nothing was gathered) is what callers handle.
+                    if exc.__cause__ is not None:
+                        raise exc.__cause__ from None
+                    raise
+        if out_of_budget is not None:
+            return self._answer_out_of_budget(question, recorder, out_of_budget)
         answer_of = self._outputs[ANSWER_OUTPUT]
         if ANSWER_OUTPUT not in outputs.get(answer_of, {}):
             raise ConfigurationError(
@@ -271,6 +291,17 @@ class HaystackStrategy:
         citations = list(ready) if isinstance(ready, list) else citations_from_documents(cited)
         return finish(self, question, answer if isinstance(answer, str) else str(answer),
                       citations, recorder, stop_reason=stop_reason or None)
+
+    def _answer_out_of_budget(self, question: str, recorder: StepRecorder,
+                              error: LLMBudgetExceededError) -> PipelineResult:
+        """The run's answer when the LLM call budget stopped it after model calls were made: what it gathered.
+
+        The graph raised mid-run, so its outputs are lost; the passages it retrieved are not (`finish` quotes the
+        best-matching sentences, labelled extracted). Never an error after calls the caller pays for.
+        """
+        with recorder.step("control", LLM_BUDGET_STEP, inputs={"llm_calls": recorder.totals().llm_calls}) as step:
+            step.outputs = {"stop_reason": STOP_LLM_BUDGET, "reason": error.message}
+        return finish(self, question, "", [], recorder, stop_reason=STOP_LLM_BUDGET)
 
     def dumps(self) -> str:
         """The strategy as Haystack YAML (`Pipeline.dumps()`)."""
