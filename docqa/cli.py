@@ -87,11 +87,13 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 def _run_question(settings: Settings, runtime: Any, pipeline_name: str, question: str, scope: AccessScope,
                   asked_by: str, options: dict[str, Any], run_options: dict[str, Any] | None = None) -> Any:
     from docqa.audit.recorder import answer_with_audit
+    from docqa.audit.scrub import mask_secrets
     from docqa.pipelines.base import validate_question
     from docqa.pipelines.registry import build_pipeline, check_inputs
     from docqa.run_control import OUTCOME_CANCELLED, RunControl
     from docqa.step_tracer import enable_step_tracing
 
+    question = mask_secrets(question, settings)
     validate_question(question, settings.max_question_chars)
     enable_step_tracing(settings)
     _load_strategy_files(settings)

@@ -199,6 +199,7 @@ def run_evaluation(
     from tqdm import tqdm
 
     from docqa.audit.recorder import answer_with_audit
+    from docqa.audit.scrub import mask_secrets
     from docqa.pipelines.base import validate_question
     from docqa.pipelines.registry import build_pipeline, check_inputs, pipeline_spec
     from docqa.pipelines.yaml_strategies import load_pipelines_dir
@@ -233,10 +234,11 @@ def run_evaluation(
     try:
         with path.open("a", encoding="utf-8") as output:
             for question, name in todo:
-                record = EvalRecord(name, question.id, question.question, list(question.answers))
+                asked = mask_secrets(question.question, settings)  # also in the results file
+                record = EvalRecord(name, question.id, asked, list(question.answers))
                 started = time.perf_counter()
                 try:
-                    text = validate_question(question.question, settings.max_question_chars)
+                    text = validate_question(asked, settings.max_question_chars)
                     run_options = check_inputs(name, _inputs_for(name, question.run_inputs))
                     result = answer_with_audit(built[name], text, scope, asked_by=asked_by, settings=settings,
                                                filters=filters, run_options=run_options,

@@ -28,8 +28,10 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from docqa.accounts.identity import Caller
+from docqa.audit.scrub import mask_secrets
 from docqa.conversation import Rewrite, standalone_question
 from docqa.result import PipelineResult
+from docqa.settings import Settings
 from docqa.server.answering import AUTO, Prepared, answer, prepare
 from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT, ApiError
 from docqa.server.auth import AskingCaller, ContextDep
@@ -115,6 +117,12 @@ def conversation_from(messages: list[ChatMessageIn]) -> Rewrite | None:
     return standalone_question(turns) if len(turns) > 1 else None
 
 
+def _masked(messages: list[ChatMessageIn], settings: Settings) -> list[ChatMessageIn]:
+    """The messages with every user turn's text masked (`mask_secrets`), once, before anything reads them."""
+    return [m.model_copy(update={"content": mask_secrets(_text_of(m.content), settings)}) if m.role == "user" else m
+            for m in messages]
+
+
 def _docqa_extra(result: PipelineResult, prepared: Prepared) -> dict[str, Any]:
     return {
         "trace_id": result.trace_id,
@@ -152,9 +160,10 @@ async def chat_completions(
     # Sampling parameters are ignored; a strategy's runtime inputs (as_of, patient_id) ride as extra body fields.
     extra = body.model_extra or {}
     inputs = {name: extra[name] for name in RUN_INPUTS if extra.get(name) is not None}
-    question = question_from(body.messages)
+    messages = _masked(body.messages, context.settings)
+    question = question_from(messages)
     if body.conversation_id is None:
-        rewrite = conversation_from(body.messages)
+        rewrite = conversation_from(messages)
     else:
         # The stored history, never the request's: 404 before any work for a conversation not the caller's.
         rewrite = await asyncio.to_thread(rewrite_in_conversation, context, caller, body.conversation_id, question)

@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from docqa.accounts.identity import Caller
+from docqa.audit.scrub import mask_secrets
 from docqa.result import PipelineResult
 from docqa.server.answering import Prepared, answer, prepare
 from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT
@@ -35,16 +36,17 @@ _STREAM_DOC = {
 
 @router.post("/query", response_model=QueryResponse, responses=_STREAM_DOC, summary="Ask a question")
 async def query(body: QueryRequest, caller: AskingCaller, context: ContextDep, request: Request) -> Any:
+    # Masked once here: the conversation, the model, the steps and the logs only ever see this copy.
+    asked = mask_secrets(body.question, context.settings)
     rewrite = None
     if body.conversation_id is not None:
         # 404 before any work for a conversation that is not the caller's: it can never be continued.
-        rewrite = await asyncio.to_thread(rewrite_in_conversation, context, caller, body.conversation_id,
-                                          body.question)
-    question = body.question if rewrite is None else rewrite.question
+        rewrite = await asyncio.to_thread(rewrite_in_conversation, context, caller, body.conversation_id, asked)
+    question = asked if rewrite is None else rewrite.question
     prepared = prepare(context, question, body.pipeline, dict(body.options), body.run_inputs())
     if rewrite is not None:
         prepared = replace(prepared, rewrite=rewrite)
-    turn = _Turn(context, caller, body.conversation_id, body.question)
+    turn = _Turn(context, caller, body.conversation_id, asked)
     if not body.stream:
         result = await answer(context, caller, prepared, disconnected=request.is_disconnected)
         return {**query_response(result, prepared.selection), "conversation_id": await turn.store(result)}
