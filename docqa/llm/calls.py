@@ -152,9 +152,11 @@ def _call(
     request shape), else `LLMUnavailableError` like every endpoint failure."""
     generation_kwargs = _bounded(generation_kwargs, prompt)
     # An answer streams its tokens to the asker when the server listens (constrained output never does).
-    streaming = None if "response_format" in generation_kwargs else answer_streaming_callback(purpose)
+    streaming = None if "response_format" in generation_kwargs else answer_streaming_callback(purpose, prompt)
     result = _run_generator(generator, prompt, generation_kwargs, raise_rejected=raise_rejected,
                             streaming_callback=streaming)
+    if streaming is not None:
+        streaming.finish()  # the reply is complete: release the line held back as a possible echo
     replies = result.get("replies") or []
     reply = replies[0] if replies else None
     text = (reply.text if reply is not None else None) or ""
