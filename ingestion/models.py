@@ -5,6 +5,9 @@ An item moves `queued -> running -> written | skipped | failed`; a worker that d
 file cannot be stored at submit time starts `failed`. A job's own status follows from its items.
 Uploaded bytes live in `ingest_payloads` (one row per item, deleted once the item is finished), so workers
 on any machine that reaches the database can read them.
+`dispatched_at` (last message sent for the item) and `heartbeat_at` (last beat of the worker running it) are what
+the stale-item sweep (`docqa.ingestion.sweep`) reads; `ingest_job_events` is a job's history (submitted, resumed,
+re-dispatched).
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ ITEM_TRANSITIONS: dict[str, frozenset[str]] = {
     ITEM_SKIPPED: frozenset(),
     ITEM_FAILED: frozenset(),
 }
+
+# What a job's history records.
+EVENT_SUBMITTED = "submitted"
+EVENT_RESUMED = "resumed"
+EVENT_REDISPATCHED = "redispatched"
 
 JOB_QUEUED = "queued"
 JOB_RUNNING = "running"
@@ -95,6 +103,8 @@ class IngestItem(Base):
     code: Mapped[str | None] = mapped_column(String(64))
     reason: Mapped[str | None] = mapped_column(Text)
     worker: Mapped[str | None] = mapped_column(String(255))
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=_now)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, onupdate=_now)
 
     job: Mapped[IngestJob] = relationship(back_populates="items")
@@ -109,6 +119,18 @@ class IngestItem(Base):
     @property
     def finished(self) -> bool:
         return self.status in ITEM_FINAL
+
+
+class IngestJobEvent(Base):
+    """One entry of a job's history: `event` names what happened, `detail` holds its items and reason."""
+
+    __tablename__ = "ingest_job_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("ingest_jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    event: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
 class IngestPayload(Base):
