@@ -7,7 +7,10 @@ Prints (asserts nothing):
 - resident memory per worker (Celery parent plus its pool child);
 - lost and duplicated chunks after N kill-restart cycles: a job runs while its worker is SIGKILLed mid-job
   and restarted, N times; then a last worker finishes it, and the stored chunk ids are compared with the ids
-  a clean run produces.
+  a clean run produces. Nobody resumes the job by hand: a message a kill lost must come back through the
+  workers' stale-item sweep. Also printed: whether the job stalled (no item finished for --stall-after seconds
+  with a worker up; it is then resumed by hand so the chunk counts can still be checked), the time from the last
+  kill to the job's completion, and the sweep's re-dispatches from the job's history.
 
 Corpus: ODSum stories (throughput) and MuSiQue passages (kill cycles) from ../shared/data. A throwaway
 PostgreSQL database and Redis database 12 are used; the embedded store lives in a temporary directory.
@@ -27,13 +30,14 @@ import random
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from docqa.embedding import resolve_backend
 from docqa.ingestion.chunking import ChunkSpec, build_chunks
-from docqa.ingestion.jobs import Upload, job_status, submit_job
+from docqa.ingestion.jobs import Upload, job_status, resume_job, submit_job
 from docqa.runtime import Runtime
 from docqa.schema import upgrade_database
 from docqa.settings import Settings
@@ -126,13 +130,35 @@ def expected_ids(uploads: list[Upload], settings: Settings) -> set[str]:
     return ids
 
 
-def kill_cycles(settings: Settings, tmp: Path, cycles: int, passages: int) -> None:
+def wait_or_stall(settings: Settings, job_id: str, stall_after_s: float) -> tuple[dict, bool]:
+    """Wait for the job; if no item finishes for `stall_after_s`, resume it by hand once and report the stall."""
+    stalled = False
+    last_done, last_change = -1, time.monotonic()
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        status = job_status(settings, job_id)
+        if status["finished_at"]:
+            return status, stalled
+        if status["items_done"] != last_done:
+            last_done, last_change = status["items_done"], time.monotonic()
+        elif time.monotonic() - last_change > stall_after_s and not stalled:
+            stalled = True
+            print(f"  STALLED: {status['items_done']}/{status['items_total']} done, {status['items_queued']} "
+                  f"queued, {status['items_running']} running, no progress for {stall_after_s:.0f} s; "
+                  f"resumed by hand: {resume_job(settings, job_id)} items")
+            last_change = time.monotonic()
+        time.sleep(0.2)
+    sys.exit(f"the job did not finish within {TIMEOUT_S} s")
+
+
+def kill_cycles(settings: Settings, tmp: Path, cycles: int, passages: int, stall_after_s: float) -> None:
     uploads = [Upload(f"p{n:04d}.txt", (d.content or "").encode()) for n, d in
                enumerate(load_corpus("musique")[:passages])]
     job_id = submit_job(settings, tenant=TENANT, access=ACCESS, uploads=uploads)
     rng = random.Random(7)
     log = tmp / "kill.log"
     killed_mid_job = 0
+    last_kill = time.time()
     for cycle in range(cycles):
         worker = start_ready(settings, log)
         try:
@@ -144,14 +170,18 @@ def kill_cycles(settings: Settings, tmp: Path, cycles: int, passages: int) -> No
                 killed_mid_job += 1
         finally:
             worker.kill()
+            last_kill = time.time()
         status = job_status(settings, job_id)
         print(f"  cycle {cycle + 1}: killed with {status['items_done']}/{status['items_total']} items done, "
               f"{status['items_running']} running")
+    at_last_kill = job_status(settings, job_id)
     worker = start_ready(settings, log)
+    ready_after = time.time() - last_kill
     try:
-        status = wait_until(lambda: finished(settings, job_id), TIMEOUT_S, "the job after the kills")
+        status, stalled = wait_or_stall(settings, job_id, stall_after_s)
     finally:
         worker.stop()
+    to_completion = datetime.fromisoformat(status["finished_at"]).timestamp() - last_kill
     stored = Runtime(settings).document_store.filter_documents(
         filters={"field": "meta.tenant", "operator": "==", "value": TENANT}
     )
@@ -169,6 +199,15 @@ def kill_cycles(settings: Settings, tmp: Path, cycles: int, passages: int) -> No
     )
     for failure in status["failures"]:
         print(f"  failed: {failure['source_id']}: {failure['reason']}")
+    redispatched = [e for e in status["history"] if e["event"] == "redispatched"]
+    print(
+        f"jobs stalled: {int(stalled)} of 1; last kill to job completion: {to_completion:.1f} s (the last worker "
+        f"was ready {ready_after:.1f} s after the kill, with {at_last_kill['items_done']}/"
+        f"{at_last_kill['items_total']} items done); re-dispatched by the sweep: "
+        f"{sum(e['count'] for e in redispatched)} items in {len(redispatched)} events"
+    )
+    for event in redispatched:
+        print(f"  {event['at']}: {event['statuses']} items {event['items']} ({event['by']})")
 
 
 def main() -> None:
@@ -178,6 +217,8 @@ def main() -> None:
     parser.add_argument("--passages", type=int, default=600, help="MuSiQue passages in the kill-restart job")
     parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/12")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--stall-after", type=float, default=300.0,
+                        help="seconds with no item finished (a worker up) that count the job as stalled")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp_name, throwaway_database("ingest_bench") as url:
@@ -194,7 +235,7 @@ def main() -> None:
                 throughput(per_story, tmp, uploads, workers)
         # A short visibility timeout so killed messages come back within the run; passages are small.
         quick = base.model_copy(update={"broker_visibility_timeout_s": 30, "ingest_items_per_task": 4})
-        kill_cycles(quick, tmp, args.cycles, args.passages)
+        kill_cycles(quick, tmp, args.cycles, args.passages, args.stall_after)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ Delivery settings, and why:
 - the hard time limit stays below the visibility timeout, so a slow task is stopped before Redis would
   deliver its message to a second worker; the soft limit lets the task record its items as failed.
 - prefetch 1: a worker holds at most one unstarted message besides the one it runs.
+- every worker runs the stale-item sweep on a timer (`StaleItemSweep`): a message can still be lost outright (a
+  worker SIGKILLed after Redis handed it a message and before kombu recorded it as unacknowledged), and the sweep
+  dispatches such items again (`docqa.ingestion.sweep`).
 Retries with backoff and the per-item attempt limit live in `docqa.ingestion.tasks` and
 `docqa.ingestion.processing`.
 
@@ -16,13 +19,47 @@ Usage:
 
 from __future__ import annotations
 
+import logging
+import threading
 from functools import lru_cache
+from typing import Any, ClassVar
 
-from celery import Celery
+from celery import Celery, bootsteps
 
 from docqa.settings import Settings, get_settings
 
 INGEST_TASK = "docqa.ingestion.ingest_items"
+logger = logging.getLogger(__name__)
+
+
+class StaleItemSweep(bootsteps.StartStopStep):
+    """Runs the stale-item sweep (`docqa.ingestion.sweep.run_sweeps`) on a daemon thread of the worker's main
+    process while the worker runs: started after the pool, stopped at a warm shutdown."""
+
+    requires: ClassVar[set[str]] = {"celery.worker.components:Pool"}
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, parent: Any) -> None:
+        from docqa.ingestion.sweep import run_sweeps, sweep_interval_s
+
+        settings = get_settings()
+        if not settings.broker_url:
+            return
+        name = f"sweep by {getattr(parent, 'hostname', None) or 'a worker'}"
+        self._thread = threading.Thread(target=run_sweeps, args=(settings, self._stop, name),
+                                        name="docqa-stale-item-sweep", daemon=True)
+        self._thread.start()
+        logger.info("stale-item sweep every %.0f s (items idle for %d s with no message are re-dispatched)",
+                    sweep_interval_s(settings), settings.broker_visibility_timeout_s)
+
+    def stop(self, parent: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
 
 
 def create_celery_app(broker_url: str | None, visibility_timeout_s: int) -> Celery:
@@ -42,6 +79,7 @@ def create_celery_app(broker_url: str | None, visibility_timeout_s: int) -> Cele
         task_time_limit=max(visibility_timeout_s - 2, int(visibility_timeout_s * 0.9)),
         task_soft_time_limit=max(visibility_timeout_s - 4, int(visibility_timeout_s * 0.8)),
     )
+    app.steps["worker"].add(StaleItemSweep)
     return app
 
 
@@ -54,9 +92,9 @@ def celery_app_for(settings: Settings) -> Celery:
     return _app(settings.broker_url, settings.broker_visibility_timeout_s)
 
 
-def enqueue(settings: Settings, item_ids: list[int]) -> None:
-    """Send one batch of item ids to the workers; an expired message is dropped and `resume_job` resends it."""
-    celery_app_for(settings).send_task(INGEST_TASK, args=[item_ids], expires=settings.ingest_task_expires_s)
+def enqueue(settings: Settings, item_ids: list[int], app: Celery | None = None) -> None:
+    """Send one batch of item ids to the workers; an expired message is dropped and the sweep resends it."""
+    (app or celery_app_for(settings)).send_task(INGEST_TASK, args=[item_ids], expires=settings.ingest_task_expires_s)
 
 
 # The app a worker runs, configured from this process's environment.

@@ -178,3 +178,8 @@ def _print_status(status: dict[str, Any], as_json: bool) -> None:
     )
     for failure in status["failures"]:
         print(f"  failed: {failure['source_id']}: {failure['reason']}", file=sys.stderr)
+    for event in status.get("history", []):
+        if event["event"] == "redispatched":
+            print(f"  {event['at']}: {event['count']} items re-dispatched ({event['reason']})", file=sys.stderr)
+        elif event["event"] == "resumed":
+            print(f"  {event['at']}: {event['count']} items dispatched again by hand", file=sys.stderr)

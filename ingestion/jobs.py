@@ -16,16 +16,20 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from docqa.access import DEFAULT_COLLECTION, validate_access_meta
+from docqa.audit.timestamps import as_utc
 from docqa.errors import DocqaError, UnreadableFileError
 from docqa.ingestion.converters import check_size, file_type_of
 from docqa.ingestion.database import job_sessions
 from docqa.ingestion.models import (
+    EVENT_RESUMED,
+    EVENT_SUBMITTED,
     ITEM_FAILED,
     ITEM_FINAL,
     ITEM_QUEUED,
@@ -34,12 +38,16 @@ from docqa.ingestion.models import (
     ITEM_WRITTEN,
     IngestItem,
     IngestJob,
+    IngestJobEvent,
     IngestPayload,
 )
 from docqa.ingestion.pipeline import ItemResult, check_collection_name, expand_labelled_paths
 from docqa.ingestion.processing import finish_job_if_done, process_items
 from docqa.ingestion.record_bundles import is_record_bundle
 from docqa.settings import Settings
+
+MAX_HISTORY_EVENTS = 100
+MAX_ITEMS_IN_EVENT = 1000
 
 
 class JobNotFoundError(DocqaError):
@@ -103,6 +111,8 @@ def submit_job(
             session.flush()
             session.add(IngestPayload(item_id=item.id, data=data))
             queued.append(item.id)
+        session.add(IngestJobEvent(job_id=job_id, event=EVENT_SUBMITTED,
+                                   detail={"files": len(files), "queued": len(queued), "by": submitted_by}))
         if not queued:
             finish_job_if_done(session, job_id)
     _dispatch(settings, queued, on_item)
@@ -112,18 +122,27 @@ def submit_job(
 def resume_job(settings: Settings, job_id: str, on_item: Callable[[ItemResult], None] | None = None) -> int:
     """Dispatch a job's unfinished items again (expired tasks, or a broker-less run that was interrupted).
 
-    Safe to call at any time: finished items are left alone and re-ingesting an item is idempotent.
+    Safe to call at any time: finished items are left alone and re-ingesting an item is idempotent. With a broker,
+    workers do this by themselves for items whose message was lost (`docqa.ingestion.sweep`); by hand it sends
+    every unfinished item at once, and the job's history records it (`resumed`).
     :returns: the number of items dispatched.
     """
-    with job_sessions(settings)() as session:
+    with job_sessions(settings).begin() as session:
         if session.get(IngestJob, job_id) is None:
             raise JobNotFoundError(f"no ingestion job {job_id}")
-        pending = session.scalars(
+        pending = list(session.scalars(
             select(IngestItem.id)
             .where(IngestItem.job_id == job_id, IngestItem.status.not_in(ITEM_FINAL))
             .order_by(IngestItem.position)
-        ).all()
-    _dispatch(settings, list(pending), on_item)
+        ).all())
+        if pending:
+            # A fresh dispatch time keeps the sweep from sending these items once more before they are picked up.
+            session.execute(update(IngestItem)
+                            .where(IngestItem.job_id == job_id, IngestItem.status.not_in(ITEM_FINAL))
+                            .values(dispatched_at=datetime.now(UTC), updated_at=IngestItem.updated_at))
+            session.add(IngestJobEvent(job_id=job_id, event=EVENT_RESUMED,
+                                       detail={"count": len(pending), "items": pending[:MAX_ITEMS_IN_EVENT]}))
+    _dispatch(settings, pending, on_item)
     return len(pending)
 
 
@@ -148,6 +167,10 @@ def job_status(settings: Settings, job_id: str) -> dict[str, Any]:
             .where(IngestItem.job_id == job_id, IngestItem.status == ITEM_FAILED)
             .order_by(IngestItem.position)
         ).all()
+        events = session.scalars(
+            select(IngestJobEvent).where(IngestJobEvent.job_id == job_id)
+            .order_by(IngestJobEvent.id.desc()).limit(MAX_HISTORY_EVENTS)
+        ).all()
         return {
             "job_id": job.id,
             "status": job.status,
@@ -162,6 +185,8 @@ def job_status(settings: Settings, job_id: str) -> dict[str, Any]:
             "items_failed": counts.get(ITEM_FAILED, 0),
             "chunks_written": int(chunks or 0),
             "failures": [{"source_id": s, "code": c, "reason": r} for s, c, r in failures],
+            # The job's most recent events, oldest first: submitted, resumed by hand, re-dispatched by the sweep.
+            "history": [{"at": as_utc(e.at).isoformat(), "event": e.event, **e.detail} for e in reversed(events)],
             "created_at": job.created_at.isoformat() if job.created_at else None,
             "started_at": job.started_at.isoformat() if job.started_at else None,
             "finished_at": job.finished_at.isoformat() if job.finished_at else None,

@@ -4,8 +4,10 @@ Files go through `ingest_documents`; FHIR R4 bundles (`.json`) through `ingest_r
 
 Crash safety comes from three facts: chunk writes are idempotent (deterministic ids, overwrite, stale chunks
 deleted); item state is committed before and after the work; and a killed worker's message is redelivered
-(`acks_late`). A redelivered batch runs its unfinished items one at a time, so one item that kills the worker
-burns only its own attempts and ends `failed` after `ingest_max_attempts` instead of looping.
+(`acks_late`), while a batch whose message is lost altogether is re-dispatched by the workers' stale-item sweep
+(`docqa.ingestion.sweep`; the heartbeat of running items keeps it off live work). A redelivered batch runs its
+unfinished items one at a time, so one item that kills the worker burns only its own attempts and ends `failed`
+after `ingest_max_attempts` instead of looping.
 
 Usage:
     process_items(settings, [item_id, ...], runtime=Runtime(settings))
@@ -17,6 +19,8 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select
@@ -26,6 +30,7 @@ from docqa.access import COLLECTION_FIELD
 from docqa.audit.events import DOCUMENT_INGESTED, RECORDS_INGESTED, append_event
 from docqa.audit.recorder import audit_session
 from docqa.ingestion.database import job_sessions
+from docqa.ingestion.heartbeat import beating, heartbeat_interval_s
 from docqa.ingestion.models import (
     ITEM_FAILED,
     ITEM_FINAL,
@@ -112,12 +117,16 @@ def _process_group(
     ]
     documents = [source for source in sources if not is_record_bundle(source.name)]
     bundles = [source for source in sources if is_record_bundle(source.name)]
-    results = ingest_documents(runtime, documents, tenant, access, embedder=embedder).items if documents else []
-    if bundles:
-        if embedder is None:
-            embedder = runtime.document_embedder()
-            embedder.warm_up()
-        results += [ingest_record_bundle(runtime, s, tenant, access, embedder=embedder) for s in bundles]
+    # On a queue, the heartbeat tells the stale-item sweep this work is alive however long it takes.
+    alive = (beating(sessions, [item_id for item_id, *_ in work], heartbeat_interval_s(settings))
+             if settings.broker_url else nullcontext())
+    with alive:
+        results = ingest_documents(runtime, documents, tenant, access, embedder=embedder).items if documents else []
+        if bundles:
+            if embedder is None:
+                embedder = runtime.document_embedder()
+                embedder.warm_up()
+            results += [ingest_record_bundle(runtime, s, tenant, access, embedder=embedder) for s in bundles]
     by_source = {result.source_id: result for result in results}
     # The items' outcomes and the audit events of what was written commit in one transaction.
     with audit_session(settings) as session:
@@ -179,7 +188,7 @@ def _claim(session: Session, settings: Settings, item_ids: list[int]) -> list[In
                 reason=f"gave up after {item.attempts} attempts: the worker stopped each time while ingesting it",
             )
             continue
-        item.move_to(ITEM_RUNNING, attempts=item.attempts + 1, worker=worker_name())
+        item.move_to(ITEM_RUNNING, attempts=item.attempts + 1, worker=worker_name(), heartbeat_at=datetime.now(UTC))
         claimed.append(item)
     if claimed:
         job = session.get(IngestJob, claimed[0].job_id)

@@ -7,12 +7,19 @@ data directory, which this process reads to check ids and counts.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+import redis
+from sqlalchemy import select
 
+from docqa.ingestion.broker_messages import ingest_item_ids, live_item_ids
+from docqa.ingestion.celery_app import celery_app_for
 from docqa.ingestion.chunking import ChunkSpec, build_chunks
+from docqa.ingestion.database import job_sessions
 from docqa.ingestion.jobs import Upload, delete_document, job_status, submit_job
+from docqa.ingestion.models import IngestItem
 from docqa.runtime import Runtime
 from docqa.schema import upgrade_database
 from docqa.settings import Settings
@@ -67,8 +74,8 @@ def worker_env(settings: Settings) -> dict[str, str]:
 def workers(settings: Settings, tmp_path: Path):
     started: list[WorkerProcess] = []
 
-    def start() -> WorkerProcess:
-        worker = WorkerProcess(worker_env(settings), tmp_path / f"worker-{len(started)}.log").start()
+    def start(using: Settings | None = None) -> WorkerProcess:
+        worker = WorkerProcess(worker_env(using or settings), tmp_path / f"worker-{len(started)}.log").start()
         started.append(worker)
         return worker
 
@@ -168,3 +175,37 @@ def test_worker_killed_mid_job_leaves_every_item_written_once(settings, workers,
     docs = stored(settings)
     assert sorted(d.id for d in docs) == sorted(expected_ids(passages, settings))
     assert status["chunks_written"] == len(docs)
+
+
+def test_lost_message_is_redispatched_by_the_sweep_and_nothing_else_is(settings, workers, passages) -> None:
+    # A broker database of its own, and a short visibility timeout: an item is stale after 15 s with no message.
+    quick = settings.model_copy(update={"broker_url": redis_broker_url(13), "broker_visibility_timeout_s": 15})
+    broker = redis.Redis.from_url(quick.broker_url or "")
+    broker.flushdb()
+    uploads = [Upload(name, text.encode()) for name, text in passages]
+    submitted_at = time.monotonic()
+    job_id = submit_job(quick, tenant=TENANT, access=ACCESS, uploads=uploads)
+    with job_sessions(quick)() as session:
+        item_ids = set(session.scalars(select(IngestItem.id).where(IngestItem.job_id == job_id)).all())
+    app = celery_app_for(quick)
+    assert live_item_ids(app) == item_ids  # 20 waiting messages of 3 items
+
+    # What a worker SIGKILLed after Redis handed it a message (BRPOP) and before kombu recorded it as unacknowledged
+    # leaves behind: the message gone, its items queued. No resume by hand follows.
+    lost = ingest_item_ids(broker.rpop("celery") or b"")
+    assert len(lost) == 3 and live_item_ids(app) == item_ids - set(lost)
+    # Every batch is older than the visibility timeout when the worker starts: only the probe tells them apart.
+    time.sleep(max(0.0, submitted_at + 16 - time.monotonic()))
+    worker = workers(quick)
+    status = wait_until(lambda: finished(quick, job_id), JOB_TIMEOUT_S, "the job with a lost batch")
+
+    assert status["status"] == "succeeded", worker.log()[-3000:]
+    assert (status["items_written"], status["items_failed"]) == (60, 0)
+    docs = stored(quick)
+    ids = [d.id for d in docs]
+    assert len(ids) == len(set(ids)) and set(ids) == expected_ids(passages, quick)  # nothing lost or doubled
+    assert status["chunks_written"] == len(docs)
+    redispatched = [e for e in status["history"] if e["event"] == "redispatched"]
+    assert [sorted(e["items"]) for e in redispatched] == [sorted(lost)], status["history"]
+    assert redispatched[0]["statuses"] == ["queued"] and "docqa-" in redispatched[0]["by"]
+    assert "re-dispatching 3 items" in worker.log()
