@@ -9,7 +9,7 @@ from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_chatgenerator_inplace
 
 from docqa.components.prompt_templates import load_prompt, render_prompt
-from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
+from docqa.llm.calls import ChatGenerator, generate_reply, strip_prompt_echo
 
 
 @component
@@ -40,15 +40,16 @@ class AnswerGenerator:
         self.prompt_template = prompt_template or load_prompt("no_retrieval_answer")
         self.max_tokens = max_tokens
 
-    @component.output_types(answer=str)
+    @component.output_types(answer=str, finish_reason=str | None)
     def run(self, question: str) -> dict[str, Any]:
         """
         :param question: The user's question.
-        :returns: `answer`, the model's stripped reply.
+        :returns: `answer`, the model's stripped reply, and its `finish_reason` ("length" when cut by the limit).
         """
         prompt = render_prompt(self.prompt_template, question=question)
-        reply = generate_text(self.chat_generator, prompt, max_tokens=self.max_tokens, purpose="answer")
-        return {"answer": strip_prompt_echo(reply, prompt)}
+        reply, finish_reason = generate_reply(self.chat_generator, prompt, max_tokens=self.max_tokens,
+                                              purpose="answer")
+        return {"answer": strip_prompt_echo(reply, prompt), "finish_reason": finish_reason}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(

@@ -37,6 +37,8 @@ class ATRAGRound:
     answer: str = ""
     cited_documents: list[Document] = field(default_factory=list)
     stop_reason: str | None = None
+    # The passages the answer was given, numbered [1]..[n] in this order (what its citation markers refer to).
+    prompt_documents: list[Document] = field(default_factory=list)
 
     def replace(self, **changes: Any) -> ATRAGRound:
         return dataclasses.replace(self, **changes)
@@ -108,7 +110,7 @@ class ATRAGController:
     def run(self, question: str, scope: TimeScope | None = None, record_query: RecordQuery | None = None,
             record_filters: dict | None = None, state: ATRAGRound | None = None,
             answer: str | None = None, cited_documents: list[Document] | None = None, passed: bool | None = None,
-            feedback: str | None = None) -> dict[str, Any]:
+            feedback: str | None = None, prompt_documents: list[Document] | None = None) -> dict[str, Any]:
         """
         :param question: The user's question (the first query).
         :param scope: The resolved time scope (once, from the resolver).
@@ -119,6 +121,7 @@ class ATRAGController:
         :param cited_documents: The documents it cites.
         :param passed: Whether the answer passed the grade.
         :param feedback: Why it failed.
+        :param prompt_documents: The passages the answer was given, in prompt order.
         :returns: `state` (the first round), `final` (a result), or `previous_queries`, `rewrite_feedback`
             and `pending`.
         """
@@ -126,7 +129,8 @@ class ATRAGController:
             if scope is None or record_query is None:
                 raise ValueError("the controller needs the resolved scope and record query, or a graded round")
             return {"state": plan_round(question, scope, record_query, record_filters)}
-        draft = state.replace(answer=answer or "", cited_documents=list(cited_documents or []))
+        draft = state.replace(answer=answer or "", cited_documents=list(cited_documents or []),
+                              prompt_documents=list(prompt_documents or []))
         if passed:
             return {"final": draft.replace(stop_reason=STOP_ACCEPTED)}
         if len(state.queries) >= self.max_iterations:

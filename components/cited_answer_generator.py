@@ -10,7 +10,7 @@ from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_chatgenerator_inplace
 
 from docqa.components.prompt_templates import load_prompt, render_prompt
-from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
+from docqa.llm.calls import ChatGenerator, generate_reply, strip_prompt_echo
 
 _REFERENCE = re.compile(r"\[(\d{1,3})\]")
 
@@ -45,16 +45,21 @@ class CitedAnswerGenerator:
         self.prompt_template = prompt_template or load_prompt("standard_answer")
         self.max_tokens = max_tokens
 
-    @component.output_types(answer=str, cited_documents=list[Document], citation_mode=str)
+    @component.output_types(answer=str, cited_documents=list[Document], citation_mode=str, finish_reason=str | None)
     def run(self, question: str, documents: list[Document]) -> dict[str, Any]:
         """
         :param question: The user's question.
         :param documents: Context documents, in the order they are numbered in the prompt.
-        :returns: `answer` (empty when the model only repeated the prompt), `cited_documents` and
-            `citation_mode` ("explicit", "context" or "none").
+        :returns: `answer` (empty when the model only repeated the prompt, or was not asked because there is no
+            document), `cited_documents`, `citation_mode` ("explicit", "context" or "none") and the model's
+            `finish_reason` ("length" when the token limit cut the reply).
         """
+        if not documents:
+            # Nothing to answer from: the model is not asked (the grounding check says no passage matched).
+            return {"answer": "", "cited_documents": [], "citation_mode": "none", "finish_reason": None}
         prompt = render_prompt(self.prompt_template, question=question, documents=documents)
-        raw = generate_text(self.chat_generator, prompt, max_tokens=self.max_tokens, purpose="answer")
+        raw, finish_reason = generate_reply(self.chat_generator, prompt, max_tokens=self.max_tokens,
+                                            purpose="answer")
         answer = strip_prompt_echo(raw, prompt)
         cited = _referenced(answer, documents)
         if cited:
@@ -63,7 +68,7 @@ class CitedAnswerGenerator:
             cited, mode = list(documents), "context"
         else:
             mode = "none"
-        return {"answer": answer, "cited_documents": cited, "citation_mode": mode}
+        return {"answer": answer, "cited_documents": cited, "citation_mode": mode, "finish_reason": finish_reason}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(

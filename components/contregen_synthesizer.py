@@ -85,13 +85,14 @@ class ConTReGenSynthesizer:
         self.answer_template = answer_template or load_prompt("contregen_answer")
 
     @component.output_types(answer=str, cited_documents=list[Document], stop_reason=str, tree=ContextTree,
-                            paragraphs=list[dict])
+                            paragraphs=list[dict], documents=list[Document])
     def run(self, question: str, tree: ContextTree) -> dict[str, Any]:
         """
         :param question: The question (the tree's root).
         :param tree: The expanded context tree; it is copied, not changed.
         :returns: `answer`, `cited_documents` (in order of first citation), `stop_reason` (the expansion's, or
-            `llm_budget` when synthesis itself ran out), the summarised `tree` and per-paragraph `paragraphs`.
+            `llm_budget` when synthesis itself ran out), the summarised `tree`, per-paragraph `paragraphs` and
+            `documents`, every passage of the tree in the `[n]` numbering of the prompts.
         """
         tree = copy.deepcopy(tree)
         nodes = [node for node in tree.accepted_nodes() if node.parent is not None]
@@ -109,7 +110,8 @@ class ConTReGenSynthesizer:
                 if doc_id not in cited_ids:
                     cited_ids.append(doc_id)
         return {"answer": answer, "cited_documents": [tree.documents[i] for i in cited_ids],
-                "stop_reason": tree.stop_reason, "tree": tree, "paragraphs": paragraphs}
+                "stop_reason": tree.stop_reason, "tree": tree, "paragraphs": paragraphs,
+                "documents": list(tree.documents.values())}
 
     # ---- prompts ------------------------------------------------------------------------------------------
 

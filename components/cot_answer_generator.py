@@ -68,6 +68,9 @@ class CoTAnswerGenerator:
         :returns: `answer`, `reasoning`, `cited_documents` and the `prompt_documents` actually shown.
         """
         shown = documents[: self.max_documents]
+        if not shown:
+            # Nothing to answer from: the model is not asked (the grounding check says no passage matched).
+            return {"answer": "", "reasoning": "", "cited_documents": [], "prompt_documents": []}
         prompt = render_prompt(self.prompt_template, question=question, documents=shown,
                                max_document_chars=self.max_document_chars)
         text = generate_text(self.chat_generator, prompt, max_tokens=self.max_tokens, purpose="cot_answer")

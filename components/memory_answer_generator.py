@@ -10,7 +10,7 @@ from haystack.utils import deserialize_chatgenerator_inplace
 
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.components.resp_memory import ReSPMemory
-from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
+from docqa.llm.calls import ChatGenerator, generate_reply, strip_prompt_echo
 
 
 @component
@@ -46,17 +46,20 @@ class MemoryAnswerGenerator:
         """The exact prompt `run` sends (used to count the words passed to the generator)."""
         return render_prompt(self.prompt_template, question=question, memory=memory.as_text())
 
-    @component.output_types(answer=str)
+    @component.output_types(answer=str, finish_reason=str | None)
     def run(self, question: str, memory: ReSPMemory) -> dict[str, Any]:
         """
         :param question: The overarching question.
         :param memory: Both memory queues.
-        :returns: `answer`, possibly empty when the model says nothing.
+        :returns: `answer`, possibly empty when the model says nothing, and the model's `finish_reason` for it
+            ("length" when the token limit cut it).
         """
         prompt = self.prompt_for(question, memory)
-        raw = generate_text(self.chat_generator, prompt, max_tokens=self.max_tokens, purpose="resp_generate")
+        raw, finish_reason = generate_reply(self.chat_generator, prompt, max_tokens=self.max_tokens,
+                                            purpose="resp_generate")
         lines = strip_prompt_echo(raw, prompt).splitlines()
-        return {"answer": lines[0] if lines else ""}
+        # Only the first line is the answer: a limit that cut a later line did not cut it.
+        return {"answer": lines[0] if lines else "", "finish_reason": finish_reason if len(lines) <= 1 else "stop"}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(

@@ -62,13 +62,14 @@ class MSPRController:
 
     @component.output_types(agent=MSPRState, query=str, source=str, retrieval=MSPRState, judge=MSPRState,
                             review=MSPRState, answer=str, cited_documents=list[Document], stop_reason=str,
-                            route=dict)
+                            documents=list[Document], route=dict)
     def run(self, question: str, state: MSPRState | None = None) -> dict[str, Any]:
         """
         :param question: The user's question (starts the run).
         :param state: The state coming back round the loop (None on the first run).
         :returns: exactly one of: `agent`; `query` + `source` + `retrieval`; `judge`; `review`; or the final
-            `answer` + `cited_documents` + `stop_reason`. Always `route` (what was decided and why).
+            `answer` + `cited_documents` + `stop_reason` + `documents` (every passage observed, for the grounding
+            check). Always `route` (what was decided and why).
         """
         if state is None:
             return self._to_agent(MSPRState(question=question, sources=tuple(self.sources)), "start")
@@ -162,6 +163,7 @@ class MSPRController:
         return {
             "answer": answer,
             "cited_documents": state.documents() if cite and answer.strip() else [],
+            "documents": state.documents(),
             "stop_reason": stop_reason,
             "route": {"next": "end", "why": stop_reason, "steps": state.steps, "retrievals_by_source": used,
                       "switches": list(state.switches), "reviews": state.reviews},

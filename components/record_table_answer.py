@@ -20,12 +20,13 @@ class RecordTableAnswer:
     Turns the loop's final round into the result. With a record table (an exact record question), the citations
     are one per record of the table, in table order, each carrying its row, and an empty or evasive model answer
     ("I don't know", "n/a") gives way to the table's description (`answer_source` says which). Without a table,
-    the model's answer and the documents it cites pass through.
+    the model's answer and the documents it cites pass through. `documents` are the passages the answer was given
+    (for the grounding check) and `fallback_answer` the table's description, shown when the model's answer fails it.
 
     Usage example:
     ```python
     out = RecordTableAnswer().run(result=final_round)
-    out["answer"], out["stop_reason"], out["citations"], out["table"], out["answer_source"]
+    out["answer"], out["stop_reason"], out["citations"], out["table"], out["answer_source"], out["documents"]
     ```
     """
 
@@ -40,23 +41,27 @@ class RecordTableAnswer:
         self.snippet_chars = snippet_chars
 
     @component.output_types(answer=str, cited_documents=list[Document], citations=list[Citation] | None,
-                            stop_reason=str, table=dict | None, answer_source=str)
+                            stop_reason=str, table=dict | None, answer_source=str, documents=list[Document],
+                            fallback_answer=str | None)
     def run(self, result: ATRAGRound) -> dict[str, Any]:
         """
         :param result: The final round (answer, cited documents, stop reason, table).
         :returns: `answer`, `cited_documents` (none with a table), `citations` (record citations, or None to cite
             the documents),
-            `stop_reason`, `table` and `answer_source` (`model` or `record_table`).
+            `stop_reason`, `table`, `answer_source` (`model` or `record_table`), the prompt's `documents` and
+            `fallback_answer` (the table's description, or None without a table).
         """
         out: dict[str, Any] = {"answer": result.answer, "cited_documents": result.cited_documents,
                                "citations": None, "stop_reason": result.stop_reason or "", "table": result.table,
-                               "answer_source": "model"}
+                               "answer_source": "model", "documents": result.prompt_documents,
+                               "fallback_answer": None}
         if result.table is None:
             return out
         if not usable(result.answer):
             out.update(answer=result.table["description"], answer_source="record_table")
         # The table's records are the citations; the documents behind them need not travel (or be copied) again.
-        out.update(citations=record_citations(result.table, self.snippet_chars), cited_documents=[])
+        out.update(citations=record_citations(result.table, self.snippet_chars), cited_documents=[],
+                   fallback_answer=result.table["description"])
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -131,8 +131,14 @@ def _print_result(result: Any, as_json: bool) -> None:
 
 def _print_answer(result: Any) -> None:
     """The answer; one the model did not give is labelled, line by line, so it never reads as generated."""
-    if result.answer_source == "model":
+    if result.stop_reason == "no_readable_passage":
+        print(result.answer)
+        print("(--principal sets the principals the question is asked as; repeat it for several.)")
+        return
+    if result.answer_source in ("model", "record_table"):
         print(result.answer or "(no answer)")
+        if result.answer_note:
+            print(f"Note: {result.answer_note}")
         return
     print(result.answer_note or "(no answer)")
     for line in result.answer.splitlines():

@@ -106,6 +106,7 @@ def atrag_graph(*, resolver: RecordQueryResolver, retriever: ATRAGRetriever, gen
         ("cot_answer_generator.prompt_documents", "answer_grader.documents"),
         ("cot_answer_generator.answer", "controller.answer"),
         ("cot_answer_generator.cited_documents", "controller.cited_documents"),
+        ("cot_answer_generator.prompt_documents", "controller.prompt_documents"),
         ("answer_grader.passed", "controller.passed"),
         ("answer_grader.feedback", "controller.feedback"),
         ("controller.previous_queries", "query_rewriter.previous_queries"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from docqa.access import AccessScope
@@ -39,6 +40,15 @@ def validate_question(question: str, max_chars: int) -> str:
     return cleaned
 
 
+@dataclass(frozen=True)
+class GroundingOutcome:
+    """What a strategy's grounding node decided: the source of the shown answer, its note and the reason."""
+
+    answer_source: str
+    answer_note: str | None = None
+    reason: str | None = None
+
+
 def config_hash(config: dict[str, Any]) -> str:
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -51,9 +61,15 @@ def finish(
     citations: list[Citation],
     recorder: StepRecorder,
     stop_reason: str | None = None,
+    grounding: GroundingOutcome | None = None,
 ) -> PipelineResult:
+    """The result of a run. With `grounding` (the strategy's grounding node ran) its decision stands, refined only
+    by what the node cannot see: a reply the generator dropped as an echo, and a grader's verdict."""
     config = pipeline.config()
-    answer, citations, source, note = _usable_answer(question, answer, citations, recorder)
+    if grounding is not None:
+        answer, citations, source, note = _grounded_answer(question, answer, citations, recorder, grounding)
+    else:
+        answer, citations, source, note = _usable_answer(question, answer, citations, recorder)
     return PipelineResult(
         pipeline=pipeline.name,
         question=question,
@@ -91,6 +107,23 @@ def _usable_answer(question: str, answer: str, citations: list[Citation],
     note = (f"No answer from the model ({fallback.reason_text(reason)}). These sentences are quoted from the "
             "retrieved passages, not generated.")
     return extraction.text, citations_from_documents(extraction.documents), fallback.ANSWER_SOURCE_EXTRACTED, note
+
+
+def _grounded_answer(question: str, answer: str, citations: list[Citation], recorder: StepRecorder,
+                     grounding: GroundingOutcome) -> tuple[str, list[Citation], str, str | None]:
+    from docqa import extractive_fallback as fallback
+    from docqa.components.grounding_checker import fallback_note
+
+    # The node saw an empty answer; a model that did reply was only echoing the prompt (the generator dropped it).
+    if grounding.reason == fallback.REASON_EMPTY and grounding.answer_source in (
+            fallback.ANSWER_SOURCE_EXTRACTED, fallback.ANSWER_SOURCE_NONE) and fallback.unusable_reason(
+            question, "", recorder.steps) == fallback.REASON_ECHO:
+        return answer, citations, grounding.answer_source, fallback_note(
+            fallback.REASON_ECHO, extracted=grounding.answer_source == fallback.ANSWER_SOURCE_EXTRACTED)
+    if grounding.answer_source == fallback.ANSWER_SOURCE_MODEL and fallback.unusable_reason(
+            question, answer, recorder.steps) == fallback.REASON_UNGROUNDED:
+        return _usable_answer(question, answer, citations, recorder)
+    return answer, citations, grounding.answer_source, grounding.answer_note
 
 
 def citations_from_documents(documents: list[Any], snippet_chars: int = 200) -> list[Citation]:

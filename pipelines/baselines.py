@@ -27,7 +27,8 @@ from docqa.runtime import Runtime
 class NoRetrievalPipeline(HaystackStrategy):
     """The generator answers from its own parameters: the lower bound for every retrieval strategy.
 
-    Graph: `generator` (AnswerGenerator).
+    Graph: `generator` (AnswerGenerator) -> `grounding` (GroundingChecker without passages: its markers and a
+    reply cut by the token limit are checked; its facts have nothing to be checked against).
     """
 
     def __init__(self, chat_generator: ChatGenerator, *, prompt_template: str, max_tokens: int,
@@ -38,7 +39,7 @@ class NoRetrievalPipeline(HaystackStrategy):
         )
         super().__init__(
             "no_retrieval", pipeline, models={"generator": model}, max_question_chars=max_question_chars,
-            kinds={"generator": "generation"},
+            kinds={"generator": "generation"}, require_passages=False,
             summary={"max_tokens": max_tokens,
                      "prompts": {"no_retrieval_answer": prompt_fingerprint(prompt_template)}},
         )
@@ -47,7 +48,8 @@ class NoRetrievalPipeline(HaystackStrategy):
 class StandardRAGPipeline(HaystackStrategy):
     """Single-round RAG: hybrid retrieval of top-k chunks the caller may read, then a cited answer.
 
-    Graph: `hybrid_retriever` (query, filters) -> `cited_answer_generator` (question, documents).
+    Graph: `hybrid_retriever` (query, filters) -> `cited_answer_generator` (question, documents) -> `grounding`
+    (answer, the retrieved documents).
     """
 
     def __init__(self, retriever: Any, generator: CitedAnswerGenerator, *, top_k: int, max_question_chars: int,

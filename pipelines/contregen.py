@@ -61,7 +61,8 @@ def _check_top_k(expander: ConTReTreeExpander, top_k: int) -> None:
 
 
 class ConTReGenPipeline(HaystackStrategy):
-    """ConTReGen as a docqa strategy. Outputs: `answer`, `cited_documents`, `stop_reason` (synthesizer)."""
+    """ConTReGen as a docqa strategy. Outputs: `answer`, `cited_documents` (grounding, checked against every passage
+    of the tree in its `[n]` numbering), `stop_reason` (synthesizer)."""
 
     def __init__(self, expander: ConTReTreeExpander, synthesizer: ConTReGenSynthesizer, *, top_k: int,
                  max_question_chars: int, models: dict[str, str | None] | None = None) -> None:
@@ -89,8 +90,9 @@ class ConTRePipeline(HaystackStrategy):
         pipeline.add_component("contre_tree_expander", expander)
         pipeline.add_component("context_tree_reporter", ContextTreeReporter())
         pipeline.connect("contre_tree_expander.tree", "context_tree_reporter.tree")
+        # Nothing is generated (the answer is the tree's outline), so there is no text to check for grounding.
         super().__init__("contre", pipeline, models=models, max_question_chars=max_question_chars, kinds=KINDS,
-                         summary=_expander_summary(expander, top_k))
+                         summary=_expander_summary(expander, top_k), grounding=False)
 
 
 def _expander(runtime: Runtime, top_k: int, max_depth: int | None, max_breadth: int | None,

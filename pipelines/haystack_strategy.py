@@ -9,6 +9,12 @@ The contract between docqa and a strategy's graph:
 - outputs: exactly one pipeline output named `answer`; optional `cited_documents` (the citations),
   `citations` (ready-made `Citation`s that, when produced, replace those of `cited_documents`) and
   `stop_reason`. A run that produces no answer (e.g. a blocked graph, which Haystack returns as `{}`) is an error.
+- grounding: a `GroundingChecker` node (`grounding`, step kind `grounding`) is added between the answer and the
+  result unless the graph has one (`docqa.pipelines.grounding`); its `answer`, `cited_documents`,
+  `answer_source` and `answer_note` are the result's. An open `principals` socket receives the caller's principals.
+- no readable passage: a strategy that reads only docqa's store first counts what the caller may read (a
+  one-node graph, traced); with nothing, it answers at once that no passage the caller may read matches, with
+  `answer_source` "none" and no model call.
 - budget: a run the LLM call budget stops after model calls were made answers with what it gathered (the
   extracted sentences of its passages) and `stop_reason` `llm_budget`, never an error; refused before any call,
   it raises `LLMBudgetExceededError`.
@@ -33,9 +39,17 @@ from haystack.core.errors import PipelineRuntimeError
 from haystack.core.serialization import component_to_dict, generate_qualified_class_name
 
 from docqa.access import AccessScope, restrict
+from docqa.components.grounding_checker import REASON_NO_PASSAGE, no_passage_answer
 from docqa.errors import ConfigurationError
 from docqa.extractive_fallback import LLM_BUDGET_STEP
-from docqa.pipelines.base import citations_from_documents, finish, validate_question
+from docqa.pipelines.base import GroundingOutcome, citations_from_documents, finish, validate_question
+from docqa.pipelines.grounding import (
+    PRINCIPALS_SOCKET,
+    ReadablePassages,
+    attach_grounding,
+    document_stores,
+    reads_beyond_stores,
+)
 from docqa.recording import StepRecorder
 from docqa.result import PipelineResult
 from docqa.run_control import LLMBudgetExceededError
@@ -157,6 +171,9 @@ class HaystackStrategy:
     :param kinds: step kind per component name (overrides `step_kind_of`).
     :param summary: extra config entries (e.g. `top_k`) shown next to the pipeline's `to_dict()`.
     :param input_names: runtime inputs (beside question and filters) the strategy takes by socket name.
+    :param grounding: whether to add the grounding node (off only for a strategy that generates nothing).
+    :param require_passages: whether answers need passages (off for a model answering alone).
+    :param grounding_inputs: grounding input -> "component.socket", where the defaults would be wrong.
     :raises ConfigurationError: the graph breaks the contract.
     """
 
@@ -170,9 +187,18 @@ class HaystackStrategy:
         kinds: Mapping[str, str] | None = None,
         summary: Mapping[str, Any] | None = None,
         input_names: tuple[str, ...] = (),
+        grounding: bool = True,
+        require_passages: bool = True,
+        grounding_inputs: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.pipeline = pipeline
+        self.grounding = attach_grounding(pipeline, require_passages=require_passages,
+                                          inputs=grounding_inputs) if grounding else None
+        stores = list(document_stores(pipeline)) if require_passages and not reads_beyond_stores(pipeline) else []
+        self._readable = Pipeline()
+        if stores:
+            self._readable.add_component("readable_passages", ReadablePassages(stores[0]))
         self.models = dict(models or {})
         self.max_question_chars = max_question_chars
         self.input_names = input_names
@@ -190,6 +216,7 @@ class HaystackStrategy:
         self._question_sockets: list[tuple[str, str]] = []
         self._filter_sockets: list[tuple[str, str]] = []
         self._input_sockets: list[tuple[str, str]] = []
+        self._principal_sockets: list[tuple[str, str]] = []
         missing = []
         for component_name, sockets in self.pipeline.inputs(include_components_with_connected_inputs=False).items():
             connected = self.pipeline.get_component(component_name).__haystack_input__._sockets_dict  # type: ignore
@@ -200,6 +227,8 @@ class HaystackStrategy:
                     self._question_sockets.append((component_name, socket))
                 elif socket == FILTERS_SOCKET:
                     self._filter_sockets.append((component_name, socket))
+                elif socket == PRINCIPALS_SOCKET:
+                    self._principal_sockets.append((component_name, socket))
                 elif socket in self.input_names:
                     self._input_sockets.append((component_name, socket))
                 elif spec.get("is_mandatory"):
@@ -243,8 +272,10 @@ class HaystackStrategy:
                                               "models": dict(self.models)})
             return dict(self._config)
 
-    def pipeline_data(self, question: str, filters: dict[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """The `Pipeline.run` data: the question, the access filters and the runtime inputs, per socket."""
+    def pipeline_data(self, question: str, filters: dict[str, Any], inputs: Mapping[str, Any],
+                      principals: list[str] | None = None) -> dict[str, Any]:
+        """The `Pipeline.run` data: the question, the access filters, the caller's principals and the runtime
+        inputs, per socket."""
         unknown = sorted(set(inputs) - set(self.input_names))
         if unknown:
             raise ConfigurationError(f"pipeline {self.name!r} does not take {', '.join(unknown)}")
@@ -253,6 +284,8 @@ class HaystackStrategy:
             data.setdefault(component_name, {})[socket] = question
         for component_name, socket in self._filter_sockets:
             data.setdefault(component_name, {})[socket] = filters
+        for component_name, socket in self._principal_sockets:
+            data.setdefault(component_name, {})[socket] = list(principals or [])
         for component_name, socket in self._input_sockets:
             if inputs.get(socket) is not None:
                 data.setdefault(component_name, {})[socket] = inputs[socket]
@@ -261,11 +294,15 @@ class HaystackStrategy:
     def run(self, question: str, scope: AccessScope, filters: dict[str, Any] | None = None,
             **inputs: Any) -> PipelineResult:
         question = validate_question(question, self.max_question_chars)
-        data = self.pipeline_data(question, restrict(scope, filters), inputs)
+        access_filters = restrict(scope, filters)
+        data = self.pipeline_data(question, access_filters, inputs, scope.effective_principals)
         recorder = StepRecorder()
         _ensure_tracing()
         out_of_budget: LLMBudgetExceededError | None = None
-        with record_steps(recorder, self.kinds):
+        with record_steps(recorder, {"readable_passages": "access", **self.kinds}):
+            if self._readable.graph.nodes and not self._readable.run(
+                    {"readable_passages": {"filters": access_filters}})["readable_passages"]["readable"]:
+                return self._answer_without_passages(question, scope, recorder)
             try:
                 outputs = self.pipeline.run(data)
             except PipelineRuntimeError as exc:
@@ -289,8 +326,17 @@ class HaystackStrategy:
         ready = outputs.get(self._outputs.get(READY_CITATIONS_OUTPUT, ""), {}).get(READY_CITATIONS_OUTPUT)
         stop_reason = outputs.get(self._outputs.get(STOP_REASON_OUTPUT, ""), {}).get(STOP_REASON_OUTPUT)
         citations = list(ready) if isinstance(ready, list) else citations_from_documents(cited)
+        checked = outputs.get(self.grounding or "", {})
+        outcome = GroundingOutcome(checked["answer_source"], checked.get("answer_note"), checked.get("reason")) \
+            if "answer_source" in checked else None
         return finish(self, question, answer if isinstance(answer, str) else str(answer),
-                      citations, recorder, stop_reason=stop_reason or None)
+                      citations, recorder, stop_reason=stop_reason or None, grounding=outcome)
+
+    def _answer_without_passages(self, question: str, scope: AccessScope, recorder: StepRecorder) -> PipelineResult:
+        """Nothing the caller may read: say so at once, naming who asked and nothing of other documents."""
+        text = no_passage_answer(scope.effective_principals)
+        return finish(self, question, text, [], recorder, stop_reason=REASON_NO_PASSAGE,
+                      grounding=GroundingOutcome("none", text, REASON_NO_PASSAGE))
 
     def _answer_out_of_budget(self, question: str, recorder: StepRecorder,
                               error: LLMBudgetExceededError) -> PipelineResult:

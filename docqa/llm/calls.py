@@ -174,11 +174,19 @@ def _call(
 def generate_text(generator: ChatGenerator, prompt: str, *, max_tokens: int | None = None,
                   purpose: str = "text") -> str:
     """Free-form generation; returns the stripped text ('' when the model says nothing)."""
+    return generate_reply(generator, prompt, max_tokens=max_tokens, purpose=purpose)[0]
+
+
+def generate_reply(generator: ChatGenerator, prompt: str, *, max_tokens: int | None = None,
+                   purpose: str = "text") -> tuple[str, str | None]:
+    """Free-form generation: the stripped text and the model's finish reason ("length" when the token limit
+    cut it; None when the endpoint does not say)."""
     kwargs: dict[str, Any] = {}
     if max_tokens is not None:
         kwargs["max_tokens"] = max_tokens
-    text, _ = _call(generator, prompt, kwargs, purpose)
-    return text.strip()
+    text, reply = _call(generator, prompt, kwargs, purpose)
+    finish = reply.meta.get("finish_reason") if reply is not None else None
+    return text.strip(), finish if isinstance(finish, str) else None
 
 
 # How a JSON schema is sent, most standard first: OpenAI, vLLM, Ollama and llama.cpp's llama-server take

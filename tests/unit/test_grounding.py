@@ -1,0 +1,332 @@
+"""The grounding check: what is shown as the answer is backed by the passages it cites, in every strategy."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from haystack import Document, Pipeline, component
+from haystack.dataclasses import ChatMessage
+from haystack.document_stores.types import DuplicatePolicy
+
+from docqa.access import AccessScope
+from docqa.checkable_facts import FactIndex, sentence_facts
+from docqa.components.grounding_checker import GroundingChecker, split_answer
+from docqa.pipelines.registry import build_pipeline
+from docqa.pipelines.yaml_strategies import load_strategy
+from docqa.result import PipelineResult
+from docqa.runtime import Runtime
+from docqa.settings import Settings
+from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
+from tests.support.scripted_chat import ScriptedChatGenerator
+
+ALICE = AccessScope("acme", frozenset({"alice"}))
+QUESTION = "What is the hotel limit per year?"
+TRAVEL = ("Travel policy: the hotel limit is EUR 5,000 per year, approved by Jane Smith in March 2021. "
+          "Hotels above the limit need written approval from the finance director.")
+MEALS = "Meals abroad are reimbursed with a daily allowance of 45 euros per day of travel."
+
+
+def _doc(doc_id: str, text: str, access: tuple[str, ...] = ("everyone",)) -> Document:
+    return Document(id=doc_id, content=text, meta={"tenant": "acme", "access": list(access), "source": f"{doc_id}.md"})
+
+
+def _check(answer: str, documents: list[Document], question: str = QUESTION, **inputs: Any) -> dict[str, Any]:
+    return GroundingChecker().run(question=question, answer=answer, documents=documents, **inputs)
+
+
+TRAVEL_DOC, MEALS_DOC = _doc("travel", TRAVEL), _doc("meals", MEALS)
+
+
+class TestFacts:
+    @pytest.mark.parametrize("written", ["EUR 5,000", "€5000", "5000 euros", "5 000 EUR", "EUR 5.000,00"])
+    def test_amounts_in_other_formatting_are_the_same_value(self, written):
+        facts = sentence_facts(f"The limit is {written} per year.")
+        assert [f.kind for f in facts] == ["number"] and FactIndex.of(TRAVEL).supports(facts[0])
+
+    @pytest.mark.parametrize("written", ["March 2021", "2021-03", "03/2021", "Mar. 2021", "in 2021"])
+    def test_dates_in_other_formatting_are_the_same_date(self, written):
+        index = FactIndex.of(TRAVEL)
+        assert all(index.supports(f) for f in sentence_facts(f"It was approved {written}."))
+
+    def test_a_different_amount_a_cut_number_and_another_month_are_not(self):
+        index = FactIndex.of(TRAVEL)
+        for sentence in ("The limit is EUR 20,000.", "The limit is EUR 50,00", "It was approved in April 2021."):
+            assert not all(index.supports(f) for f in sentence_facts(sentence)), sentence
+
+    def test_names_are_capitalised_words_past_the_first_outside_common_words(self):
+        facts = sentence_facts("However, the Travel policy was approved on Monday by Jane Smith and John Carter.")
+        assert [f.text for f in facts if f.kind == "name"] == ["Travel", "Jane", "Smith", "John", "Carter"]
+        index = FactIndex.of(TRAVEL)
+        assert [f.text for f in facts if not index.supports(f)] == ["John", "Carter"]
+
+
+class TestChecker:
+    def test_a_correct_answer_with_other_number_formatting_is_kept_unchanged(self):
+        out = _check("The hotel limit is €5000 per year, set in 2021-03 [1].", [TRAVEL_DOC, MEALS_DOC])
+        assert out["answer"] == "The hotel limit is €5000 per year, set in 2021-03 [1]."
+        assert (out["answer_source"], out["answer_note"], out["reason"]) == ("model", None, None)
+        assert [d.id for d in out["cited_documents"]] == ["travel"]
+        assert out["verdicts"] == [{"sentence": out["answer"], "verdict": "kept", "reason": None, "cites": [1]}]
+
+    def test_a_wrong_number_falls_back_to_the_extracted_answer_naming_the_reason(self):
+        out = _check("The hotel limit is EUR 20,000 per year [1].", [TRAVEL_DOC])
+        assert out["answer_source"] == "extracted" and out["reason"] == "unsupported_number"
+        assert "EUR 5,000" in out["answer"] and "20,000" not in out["answer"]
+        assert "unsupported_number" in out["answer_note"] and "not generated" in out["answer_note"]
+        assert out["verdicts"][0]["verdict"] == "dropped" and out["verdicts"][0]["unsupported"] == ["20,000"]
+
+    def test_an_invented_name_is_unsupported_but_a_name_from_the_question_is_fine(self):
+        out = _check("The hotel limit was set by John Carter.", [TRAVEL_DOC])
+        assert (out["answer_source"], out["reason"]) == ("extracted", "unsupported_name")
+        asked = _check("John Carter set no hotel limit.", [TRAVEL_DOC], question="Did John Carter set a limit?")
+        assert asked["answer_source"] == "model"
+
+    def test_a_later_unsupported_sentence_is_dropped_and_the_rest_kept(self):
+        out = _check("The hotel limit is EUR 5,000 per year [1]. Meals cost 99 euros [2].", [TRAVEL_DOC, MEALS_DOC])
+        assert out["answer"] == "The hotel limit is EUR 5,000 per year [1]."
+        assert out["answer_source"] == "model" and out["reason"] == "unsupported_number"
+        assert [d.id for d in out["cited_documents"]] == ["travel"]
+        assert "unsupported_number" in out["answer_note"]
+        assert [v["verdict"] for v in out["verdicts"]] == ["kept", "dropped"]
+
+    def test_a_marker_without_a_passage_is_removed(self):
+        out = _check("The hotel limit is EUR 5,000 per year [2].", [TRAVEL_DOC])
+        assert out["answer"] == "The hotel limit is EUR 5,000 per year."
+        assert (out["answer_source"], out["reason"]) == ("model", "unknown_citation")
+        assert [d.id for d in out["cited_documents"]] == ["travel"]  # where its support was found
+        assert out["verdicts"][0]["removed_markers"] == [2]
+
+    def test_the_right_fact_cited_to_the_wrong_passage_is_a_wrong_citation(self):
+        out = _check("The hotel limit is EUR 5,000 per year [2].", [TRAVEL_DOC, MEALS_DOC])
+        assert (out["answer_source"], out["reason"]) == ("extracted", "wrong_citation")
+        assert out["cited_documents"][0].id == "travel"
+
+    def test_markers_are_renumbered_to_the_citations_listed(self):
+        out = _check("Meals get 45 euros [2]. The hotel limit is EUR 5,000 [1][2].", [TRAVEL_DOC, MEALS_DOC])
+        assert out["answer_source"] == "model"
+        assert out["answer"] == "Meals get 45 euros [1]. The hotel limit is EUR 5,000 [2][1]."
+        assert [d.id for d in out["cited_documents"]] == ["meals", "travel"]
+
+    def test_a_reply_cut_by_the_token_limit_ends_at_its_last_complete_sentence(self):
+        text = "The hotel limit is EUR 5,000 per year [1]. Above it, the finance director must approve in wri"
+        out = _check(text, [TRAVEL_DOC], finish_reason="length")
+        assert out["answer"] == "The hotel limit is EUR 5,000 per year [1]."
+        assert (out["answer_source"], out["reason"]) == ("model", "truncated")
+        # Without a finish reason, a fragment after complete sentences is cut as well; a one-line answer is not.
+        assert _check(text, [TRAVEL_DOC])["answer"] == out["answer"]
+        assert _check("EUR 5,000", [TRAVEL_DOC])["answer"] == "EUR 5,000"
+
+    def test_a_truncated_number_falls_back(self):
+        out = _check("The hotel limit is EUR 50,00", [TRAVEL_DOC], finish_reason="length")
+        assert (out["answer_source"], out["reason"]) == ("extracted", "truncated")
+        unknown = _check("The hotel limit is EUR 50,00", [TRAVEL_DOC])
+        assert (unknown["answer_source"], unknown["reason"]) == ("extracted", "unsupported_number")
+
+    def test_no_passage_says_so_naming_the_principals(self):
+        out = _check("EUR 5,000", [], principals=["alice", "everyone"])
+        assert out["answer"] == "No passage that alice or everyone may read matches the question."
+        assert (out["answer_source"], out["reason"], out["cited_documents"]) == ("none", "no_readable_passage", [])
+
+    def test_without_required_passages_only_markers_and_truncation_are_checked(self):
+        out = GroundingChecker(require_passages=False).run(question="Capital of France?", answer="Paris [1].")
+        assert (out["answer"], out["answer_source"], out["reason"]) == ("Paris.", "model", "unknown_citation")
+
+    def test_a_record_table_answer_passes_through_and_is_the_fallback(self):
+        table = "2 HbA1c results since 2018."
+        kept = _check(table, [TRAVEL_DOC], answer_source="record_table", fallback_answer=table)
+        assert (kept["answer"], kept["answer_source"]) == (table, "record_table")
+        replaced = _check("HbA1c was 9.9 %.", [_doc("a", "HbA1c 6.1 %")], fallback_answer=table)
+        assert (replaced["answer"], replaced["answer_source"]) == (table, "record_table")
+
+    def test_sentences_split_after_markers_but_not_in_abbreviations_or_numbers(self):
+        parts = [s.text for s in split_answer("Dr. Smith paid EUR 5.5 e.g. for hotels [1]. Then 2. [2]\nNext one")]
+        assert parts == ["Dr. Smith paid EUR 5.5 e.g. for hotels [1].", "Then 2. [2]", "Next one"]
+
+    def test_serialises_and_runs_in_a_pipeline(self):
+        checker = GroundingChecker.from_dict(GroundingChecker(require_passages=False).to_dict())
+        assert checker.require_passages is False
+        pipeline = Pipeline()
+        pipeline.add_component("grounding", GroundingChecker())
+        loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["docqa.*"])
+        out = loaded.run({"grounding": {"question": QUESTION, "answer": "EUR 5,000 [1].", "documents": [TRAVEL_DOC]}})
+        assert out["grounding"]["answer_source"] == "model"
+
+
+# ---- every strategy that writes text --------------------------------------------------------------------------
+
+AGENT = r"Reply with JSON"
+GROUNDED, USEFUL = r"supported by the documents", r"answer the question \(Yes or No\)"
+JUDGE, PLAN, GENERATE = r"completely and accurately respond to the question", r"\[Your thought\]", \
+    r"Only give me the answer"
+TREE_PLAN, RELEVANCE = r"You plan the research", r"Which of the numbered passages"
+STRATEGIES = ["standard", "resp", "atrag", "mspr", "contregen", "yaml"]
+BM25_RAG = """\
+components:
+  retriever:
+    type: docqa.components.embedded_bm25_retriever.EmbeddedBM25Retriever
+    init_parameters:
+      document_store:
+        type: docqa.stores.embedded.EmbeddedDocumentStore
+        init_parameters: {path: /nowhere/else.sqlite3}
+      top_k: 2
+  answerer:
+    type: docqa.components.cited_answer_generator.CitedAnswerGenerator
+    init_parameters:
+      chat_generator:
+        type: docqa.llm.role_generator.RoleChatGenerator
+        init_parameters: {role: generator}
+      max_tokens: 64
+connections:
+  - sender: retriever.documents
+    receiver: answerer.documents
+"""
+Answer = str | Callable[[list[str]], str]
+
+
+class HashRuntime(Runtime):
+    def text_embedder(self) -> Any:
+        return HashTextEmbedder()
+
+
+def _numbered(prompt: str) -> list[str]:
+    """The passages a prompt numbers `[n] text`, in order."""
+    return [text for _, text in sorted((int(n), t) for n, t in re.findall(r"^\[(\d+)\] (.*)$", prompt, re.M))]
+
+
+class Ask:
+    """One strategy over the travel and meals passages, its final answer scripted (a text, or a function of the
+    passages the answer is given, numbered as the generator numbers them)."""
+
+    def __init__(self, tmp_path, strategy: str, documents: list[Document] | None = None) -> None:
+        self.settings = Settings(data_dir=tmp_path, top_k=2, retrieval_candidates=5)
+        self.strategy = strategy
+        self.documents = documents if documents is not None else [TRAVEL_DOC, MEALS_DOC]
+
+    def run(self, answer: Answer, scope: AccessScope = ALICE) -> tuple[PipelineResult, ScriptedChatGenerator]:
+        observed: list[str] = []  # what mspr and resp were given, in the order of their citations
+
+        def final(prompt: str) -> str:
+            return answer(_numbered(prompt) or observed) if callable(answer) else answer
+
+        def seen(prompt: str) -> str:
+            found = sorted((prompt.find(text[:40]), text) for text in (TRAVEL, MEALS) if text[:40] in prompt)
+            observed.extend(text for _, text in found if text not in observed)
+            return "Short summary."
+
+        def agent(prompt: str) -> str:
+            seen(prompt)
+            if "What the searches found" not in prompt:
+                return json.dumps({"thought": "t", "action": "search_primary", "action_input": QUESTION})
+            return json.dumps({"thought": "t", "action": "answer", "action_input": final("")})
+
+        rules: list[tuple[str, Any]] = {
+            "standard": [], "yaml": [],
+            "resp": [(JUDGE, "Yes"), (GENERATE, final), (r"professional writer|respond completely", seen)],
+            "atrag": [(GROUNDED, "Yes"), (USEFUL, "Yes"), (r"Reasoning:\s*$", lambda p: "Answer: " + final(p))],
+            "mspr": [(AGENT, agent), (r"Do the new passages|Is the proposed answer", "Yes")],
+            "contregen": [(TREE_PLAN, '{"sub_questions": []}'),
+                          (RELEVANCE, lambda p: json.dumps({"relevant": list(range(1, len(_numbered(p)) + 1))}))],
+        }[self.strategy]
+        llm = ScriptedChatGenerator(rules=[*rules, (r".", final)])
+        runtime = HashRuntime(self.settings, chat_generator_factory=lambda role: llm)
+        runtime.document_store.write_documents(HashDocumentEmbedder().run(documents=self.documents)["documents"],
+                                               policy=DuplicatePolicy.OVERWRITE)
+        if self.strategy == "yaml":
+            pipeline = load_strategy(BM25_RAG, name="bm25_rag", source="bm25_rag.yaml", runtime=runtime)
+        else:
+            pipeline = build_pipeline(self.strategy, runtime)
+        return pipeline.run(QUESTION, scope), llm
+
+
+def _grounding(result: PipelineResult) -> dict[str, Any]:
+    steps = [s for s in result.steps if s.kind == "grounding"]
+    assert len(steps) == 1, [s.kind for s in result.steps]
+    return steps[0].outputs
+
+
+def _cite(target: str, text: str) -> Callable[[list[str]], str]:
+    """An answer citing the passage that contains `target` (by its number in the generator's numbering)."""
+    def answer(passages: list[str]) -> str:
+        number = next(i for i, passage in enumerate(passages, 1) if target in passage)
+        return text.format(n=number)
+    return answer
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+class TestEveryStrategy:
+    def test_a_wrong_number_is_replaced_by_the_extracted_answer(self, tmp_path, strategy):
+        result, _ = Ask(tmp_path, strategy).run("The hotel limit is EUR 20,000 per year.")
+        assert result.answer_source == "extracted" and "20,000" not in result.answer
+        assert "EUR 5,000" in result.answer and "unsupported_number" in result.answer_note
+        verdicts = _grounding(result)["verdicts"]
+        assert verdicts[0]["verdict"] == "dropped" and verdicts[0]["reason"] == "unsupported_number"
+
+    def test_an_invented_name_is_replaced(self, tmp_path, strategy):
+        result, _ = Ask(tmp_path, strategy).run("The hotel limit per year was set by John Carter.")
+        assert result.answer_source == "extracted" and "Carter" not in result.answer
+        assert _grounding(result)["reason"] == "unsupported_name"
+
+    def test_a_marker_without_a_passage_is_removed(self, tmp_path, strategy):
+        result, _ = Ask(tmp_path, strategy).run("The hotel limit is EUR 5,000 per year [7].")
+        assert (result.answer, result.answer_source) == ("The hotel limit is EUR 5,000 per year.", "model")
+        assert [c.document_id for c in result.citations] == ["travel"]
+        assert _grounding(result)["verdicts"][0]["removed_markers"] == [7]
+
+    def test_the_right_fact_cited_to_the_wrong_passage_is_replaced(self, tmp_path, strategy):
+        result, _ = Ask(tmp_path, strategy).run(_cite("daily allowance", "The hotel limit is EUR 5,000 [{n}]."))
+        assert result.answer_source == "extracted" and _grounding(result)["reason"] == "wrong_citation"
+        assert result.citations[0].document_id == "travel"
+
+    def test_a_truncated_number_is_never_shown(self, tmp_path, strategy):
+        result, _ = Ask(tmp_path, strategy).run("The hotel limit is EUR 50,00")
+        assert result.answer_source == "extracted" and "50,00" not in result.answer
+
+    def test_a_correct_answer_in_other_formatting_is_the_models_unchanged(self, tmp_path, strategy):
+        result, _ = Ask(tmp_path, strategy).run(_cite("hotel limit", "The hotel limit is €5000 per year [{n}]."))
+        assert (result.answer, result.answer_source, result.answer_note) == (
+            "The hotel limit is €5000 per year [1].", "model", None)
+        assert [c.document_id for c in result.citations] == ["travel"]
+        assert _grounding(result)["verdicts"][0]["verdict"] == "kept"
+
+    def test_no_readable_passage_answers_at_once_without_the_model(self, tmp_path, strategy):
+        hidden = [_doc("travel", TRAVEL, access=("group:board",))]
+        result, llm = Ask(tmp_path, strategy, documents=hidden).run("EUR 5,000")
+        assert llm.calls == [] and result.totals.llm_calls == 0
+        assert result.answer == "No passage that alice or everyone may read matches the question."
+        assert result.answer_source == "none" and result.citations == []
+        assert result.steps  # a trace: the access check
+
+
+def test_no_retrieval_checks_markers_but_has_no_passages_to_check_facts_against(tmp_path):
+    runtime = HashRuntime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: ScriptedChatGenerator(
+        default="Paris is the capital [1]."))
+    result = build_pipeline("no_retrieval", runtime).run("Capital of France?", ALICE)
+    assert (result.answer, result.answer_source) == ("Paris is the capital.", "model")
+    assert _grounding(result)["reason"] == "unknown_citation"
+
+
+def test_a_finish_reason_length_cuts_the_standard_answer(tmp_path):
+    class Cut(ScriptedChatGenerator):
+        """Every reply stopped by the token limit."""
+
+        @component.output_types(replies=list[ChatMessage])
+        def run(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+            reply = super().run(messages, generation_kwargs)["replies"][0]
+            return {"replies": [ChatMessage.from_assistant(reply.text, meta={**reply.meta, "finish_reason": "length"})]}
+
+        @component.output_types(replies=list[ChatMessage])
+        async def run_async(self, messages: list[ChatMessage],
+                            generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+            return self.run(messages, generation_kwargs)
+
+    llm = Cut(default="The hotel limit is EUR 5,000 per year [1]. Late approval needs the finance dir")
+    runtime = HashRuntime(Settings(data_dir=tmp_path, top_k=1), chat_generator_factory=lambda role: llm)
+    runtime.document_store.write_documents(HashDocumentEmbedder().run(documents=[TRAVEL_DOC])["documents"])
+    result = build_pipeline("standard", runtime).run(QUESTION, ALICE)
+    assert (result.answer, result.answer_source) == ("The hotel limit is EUR 5,000 per year [1].", "model")
+    assert _grounding(result)["verdicts"][-1] == {
+        "sentence": "Late approval needs the finance dir", "verdict": "dropped", "reason": "truncated", "cites": []}
