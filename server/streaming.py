@@ -21,6 +21,7 @@ from fastapi.responses import StreamingResponse
 
 from docqa.accounts.identity import Caller
 from docqa.errors import DocqaError
+from docqa.extractive_fallback import ANSWER_SOURCE_MODEL
 from docqa.result import PipelineResult, Step
 from docqa.server.answering import Prepared, answer_in_slot
 from docqa.server.api_errors import ApiError, error_body
@@ -54,8 +55,11 @@ class SlotStreamingResponse(StreamingResponse):
 async def run_events(
     context: ServerContext, caller: Caller, prepared: Prepared
 ) -> AsyncIterator[tuple[str, Any]]:
-    """("step", step dict) per finished step, ("token", {"text", "call"}) per token of an answer the model
-    writes (a preview: the result's answer is authoritative), then ("result", PipelineResult) or ("error", body)."""
+    """("step", step dict) per finished step, ("token", {"text", "call"}) per piece of an answer the model
+    writes (echo-free, see `docqa.token_stream`; a preview: the result's answer is authoritative), then
+    ("result", PipelineResult) or ("error", body). An answer that is not the model's (extracted sentences, or
+    none) is announced by ("answer_replaced", {"answer_source", "answer_note"}) just before its result, so a
+    client drops the preview and says so before it shows the answer."""
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     loop = asyncio.get_running_loop()
 
@@ -91,4 +95,6 @@ async def run_events(
         logger.exception("streamed query failed")
         yield "error", error_body("internal_error", "the query failed; see the server log")
         return
+    if result.answer_source != ANSWER_SOURCE_MODEL:
+        yield "answer_replaced", {"answer_source": result.answer_source, "answer_note": result.answer_note}
     yield "result", result

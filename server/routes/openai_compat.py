@@ -10,8 +10,10 @@ id), the chat is one of the caller's stored conversations, exactly as on `POST /
 is rewritten against the stored questions (the request's earlier messages are not read), the answer is stored as
 the next turn, and `docqa.conversation_id` names the conversation; another user's conversation is a 404.
 
-A stream starts at once and stays alive with one SSE comment per finished step, then the answer's tokens arrive
-as the model writes them.
+A stream starts at once and stays alive with one SSE comment per finished step and per answer the model starts
+writing; the content deltas are the final message's text once the run has checked it, so they concatenate to
+exactly what the same request without `stream` returns (a delta cannot be taken back, and a model's draft may be
+cut by the checks or replaced by extracted sentences, whose note then comes first).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from docqa.accounts.identity import Caller
 from docqa.audit.scrub import mask_secrets
 from docqa.conversation import Rewrite, standalone_question
 from docqa.result import PipelineResult
-from docqa.settings import Settings
 from docqa.server.answering import AUTO, Prepared, answer, prepare
 from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT, ApiError
 from docqa.server.auth import AskingCaller, ContextDep
@@ -39,6 +40,7 @@ from docqa.server.context import ServerContext
 from docqa.server.routes.conversations import record_turn, rewrite_in_conversation
 from docqa.server.schemas import RUN_INPUTS
 from docqa.server.streaming import STREAM_HEADERS, SlotStreamingResponse, run_events
+from docqa.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=QUERY_ERROR_RESPONSES)
 
@@ -214,13 +216,14 @@ async def _chunks(
     context: ServerContext, caller: Caller, prepared: Prepared, completion_id: str, created: int, model: str,
     turn: _Turn,
 ) -> AsyncIterator[str]:
-    """chat.completion.chunk events: the role at once, an SSE comment per finished step (clients ignore
-    comments; proxies see a live connection during long strategies), the tokens of the first answer the model
-    writes as they come, then the rest of the answer, or an `error` event, which OpenAI clients raise as an API
-    error.
+    """chat.completion.chunk events: the role at once, an SSE comment per finished step and per answer call the
+    model starts (clients ignore comments; proxies see a live connection during long strategies), then the final
+    message text (`_content`: the answer, after its note when it is not the model's) in pieces, or an `error`
+    event, which OpenAI clients raise as an API error.
 
-    Deltas cannot be taken back: when the final answer is not what was streamed (a later attempt, or extracted
-    sentences replacing an unusable reply), it follows the streamed draft after a `---` line.
+    The model's tokens are not sent as they come: deltas cannot be taken back, and the text a client shows must
+    be the answer the run returns, which the checks after generation may cut, or replace by extracted sentences
+    whose note comes first (the SSE endpoint `/v1/query` streams the echo-free draft as a preview instead).
     """
 
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
@@ -235,25 +238,22 @@ async def _chunks(
         return f"data: {json.dumps(body)}\n\n"
 
     yield chunk({"role": "assistant", "content": ""})
-    streamed = ""
+    writing = 0
     async for kind, data in run_events(context, caller, prepared):
         if kind == "step":
             yield f": step {data.get('index', '')} {data.get('kind', '')}\n\n"
         elif kind == "token":
-            if data["call"] == 1:
-                streamed += data["text"]
-                yield chunk({"content": data["text"]})
+            if data["call"] != writing:
+                writing = data["call"]
+                yield f": writing answer {writing}\n\n"
         elif kind == "error":
             yield f"data: {json.dumps(data)}\n\n"
             return
-        else:
+        elif kind == "result":
             result: PipelineResult = data
             text = _content(result)
-            # The answer is the streamed reply stripped (and possibly cut or completed by the strategy).
-            shown = streamed.strip()
-            rest = text[len(shown):] if text.startswith(shown) else f"\n\n---\n{text}"
-            for start in range(0, len(rest), STREAM_PIECE_CHARS):
-                yield chunk({"content": rest[start : start + STREAM_PIECE_CHARS]})
+            for start in range(0, len(text), STREAM_PIECE_CHARS):
+                yield chunk({"content": text[start : start + STREAM_PIECE_CHARS]})
             stored = await turn.store(result)
             yield chunk({}, "stop", usage=_usage(result),
                         docqa={**_docqa_extra(result, prepared), "conversation_id": stored})

@@ -26,9 +26,10 @@ router = APIRouter(prefix="/v1", tags=["query"], responses=QUERY_ERROR_RESPONSES
 _STREAM_DOC = {
     200: {
         "description": "The answer (JSON), or with `stream: true` server-sent events: `selection`, one `step` per "
-        "finished step, `token` events ({text, call}) while the model writes an answer (a preview; `call` counts "
-        "the answer calls, so a new number starts a new draft), then `result` (same body as the JSON answer, "
-        "authoritative) or `error`.",
+        "finished step, `token` events ({text, call}) while the model writes an answer (a preview without the "
+        "prompt echoes the answer drops; `call` counts the answer calls, so a new number starts a new draft), "
+        "`answer_replaced` ({answer_source, answer_note}) when the answer shown is not the model's, then `result` "
+        "(same body as the JSON answer, authoritative) or `error`.",
         "content": SSE_CONTENT,
     }
 }

@@ -242,6 +242,10 @@ async function ask(pipeline, question, inputs = {}) {
       live.dataset.tokens = String(Number(live.dataset.tokens) + 1);
       byId("live").hidden = false;
       status.textContent = "Writing the answer…";
+    } else if (event === "answer_replaced") {
+      // The draft is not the answer: say so at once, before the extracted answer arrives.
+      live.textContent = String(data.answer_note || "The model gave no usable answer; the answer is not generated.");
+      byId("live").hidden = false;
     } else if (event === "result") {
       finished = true;
       status.textContent = "Done.";

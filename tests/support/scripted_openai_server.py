@@ -5,7 +5,8 @@ It runs as a real HTTP server process, so the server under test uses exactly the
 - requests with a JSON-schema `response_format` get the smallest object valid for the schema (first enum
   values, so Yes/No judges say "Yes" and loops end);
 - other requests get `--answer` in `fixed` mode, or in `echo` mode the answer followed by the whole prompt,
-  so anything retrieval put into a prompt shows up in the answer (what access-control tests look for);
+  so anything retrieval put into a prompt shows up in the answer (what access-control tests look for), or in
+  `prompt_first` mode the whole prompt followed by the answer (a base model continuing its prompt);
 - `adversarial` mode answers like a model that never lets a loop end: judges say "No", graders fail, and
   every plan, rewrite and answer is new text (what cost-bound tests and the abuse benchmark need).
 
@@ -69,7 +70,7 @@ def answer_for(request: dict[str, Any], mode: str, answer: str) -> str:
     if adversarial:
         return f"{answer} {uuid.uuid4().hex[:8]}"
     prompt = "\n".join(_text(m.get("content")) for m in request.get("messages", []))
-    return f"{answer}\n{prompt}"
+    return f"{prompt}\n{answer}" if mode == "prompt_first" else f"{answer}\n{prompt}"
 
 
 def _text(content: Any) -> str:
@@ -191,7 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--mode", choices=["echo", "fixed", "adversarial"], default="echo")
+    parser.add_argument("--mode", choices=["echo", "prompt_first", "fixed", "adversarial"], default="echo")
     parser.add_argument("--answer", default="Scripted answer.")
     parser.add_argument("--delay-ms", type=int, default=0, dest="delay_ms")
     parser.add_argument("--calls-log", default=None, dest="calls_log")
