@@ -8,6 +8,7 @@ Usage:
     DOCQA_LLM_ROLES__JUDGE__MODEL=big-model docqa eval --dataset q.jsonl --pipelines standard --out r --judge
     docqa eval --dataset q.jsonl --pipelines standard,contregen --out r --option contregen.max_llm_calls=8
     docqa eval compare runs/2026-10 runs/2026-11 --metric f1 --threshold 0.02   # exit 1 on a regression
+    docqa eval rescore runs/hotpot --dataset hotpot_dev.json --traces   # acc, citation precision, sources again
 """
 
 from __future__ import annotations
@@ -66,6 +67,19 @@ def add_eval_commands(sub: argparse._SubParsersAction) -> None:
                    help="largest tolerated drop of the metric's mean, on its scale (0-1; judge scores 0-10)")
     c.add_argument("--output", type=Path, help="CSV of the deltas (default: NEW/compare.csv)")
     c.set_defaults(handler=cmd_compare)
+    r = eval_sub.add_parser("rescore", help="score a run again from its results.jsonl (acc, citation precision, "
+                                            "answer sources) and rewrite its summary and reports")
+    r.add_argument("run", type=Path, help="the run's --out directory")
+    r.add_argument("--dataset", type=Path,
+                   help="the run's question file: supporting passage ids for results written before they were kept")
+    r.add_argument("--format", dest="dataset_format", default="auto", choices=FORMATS,
+                   help="the --dataset layout (default: detected)")
+    r.add_argument("--corpus", type=Path,
+                   help="ODSum: the stories file, whose pieces are a question's supporting passages")
+    r.add_argument("--traces", action="store_true",
+                   help="read the cited passage ids of results written before they were kept from the answers' "
+                        "audit traces (the configured database)")
+    r.set_defaults(handler=cmd_rescore)
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
@@ -163,3 +177,28 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     if not any(d.metric == args.metric for d in deltas):
         raise DocqaError(f"neither run defines {args.metric} for the questions they share")
     return EXIT_REGRESSION if failed else 0
+
+
+def cmd_rescore(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.evaluation.report import markdown_table, write_reports
+    from docqa.evaluation.rescore import cited_ids_from_traces, rescore_run, trace_ids_of
+
+    if not args.run.is_dir():
+        raise DocqaError(f"no such run directory: {args.run}")
+    if args.corpus is not None and args.dataset is None:
+        raise DocqaError("--corpus only completes the questions of --dataset")
+    questions = []
+    if args.dataset is not None:
+        from docqa.evaluation.datasets import load_dataset, with_story_support
+
+        questions = load_dataset(args.dataset, args.dataset_format)
+        if args.corpus is not None:
+            from docqa.evaluation.corpus import read_corpus
+
+            questions = with_story_support(questions, read_corpus(args.corpus, tenant=settings.tenant))
+    cited = cited_ids_from_traces(settings, trace_ids_of(args.run)) if args.traces else None
+    records = rescore_run(args.run, questions, cited)
+    rows = write_reports(args.run, records)
+    print(markdown_table(rows))
+    print(f"\nrewrote {args.run}/results.jsonl, summary.csv, report.md, report.html and plots")
+    return 0

@@ -1,12 +1,15 @@
 """Answer and retrieval scores for `docqa eval`, all pure functions over strings and ids.
 
 Short answers: exact match and token F1 with the SQuAD/HotpotQA normalisation (lower case, punctuation and
-articles removed, whitespace collapsed), each the best over the accepted answers. Long answers: ROUGE-L F-measure
-(longest common token subsequence) and ASQA-style short-answer recall. Retrieval: supporting-passage recall@k.
-Record questions: precision and recall of the returned record set.
+articles removed, whitespace collapsed), each the best over the accepted answers, and accuracy as FlashRAG reports
+it (`acc`: an accepted answer contained in the answer). Long answers: ROUGE-L F-measure (longest common token
+subsequence) and ASQA-style short-answer recall. Retrieval: supporting-passage recall@k; citations: the share of
+cited passages that are supporting. Record questions: precision and recall of the returned record set.
 
 Usage:
     best_scores("the Eiffel Tower", ["Eiffel Tower", "La tour Eiffel"])  # (1.0, 1.0)
+    answer_accuracy("It is the Eiffel Tower.", ["Eiffel Tower"])        # 1.0
+    citation_precision(["d1", "d7"], ["d1", "d2"])                       # 0.5
     rouge_l("the cat sat on the mat", ["a cat sat on a mat"])            # 1.0 after normalisation
     recall_at_k(["d3", "d1", "d9"], ["d1", "d2"], k=2)                   # 0.5
     set_precision_recall(["r1", "r2"], ["r2", "r3"])                     # (0.5, 0.5)
@@ -61,6 +64,27 @@ def best_scores(prediction: str, answers: Sequence[str]) -> tuple[float, float]:
     if not answers:
         return 0.0, 0.0
     return max(exact_match(prediction, a) for a in answers), max(token_f1(prediction, a) for a in answers)
+
+
+def answer_accuracy(prediction: str, answers: Sequence[str]) -> float:
+    """FlashRAG's `acc`: 1.0 when a normalised accepted answer occurs in the normalised prediction, else 0.0.
+
+    Containment, not word match, exactly as FlashRAG computes it; an answer normalised to nothing ("the") never
+    counts, or every prediction would contain it.
+    """
+    said = normalize_answer(prediction)
+    golds = (normalize_answer(answer) for answer in answers)
+    return float(any(gold and gold in said for gold in golds))
+
+
+def citation_precision(cited_ids: Iterable[str], supporting_ids: Iterable[str]) -> float | None:
+    """Share of the distinct cited passages that are supporting ones; None when the question names no supporting
+    passage or the answer cites none (nothing to be precise about)."""
+    gold = set(supporting_ids)
+    cited = set(cited_ids)
+    if not gold or not cited:
+        return None
+    return len(cited & gold) / len(cited)
 
 
 def _lcs_length(a: Sequence[str], b: Sequence[str]) -> int:

@@ -1,7 +1,11 @@
 """Summaries and reports of an evaluation run: summary.csv, report.md, PNG plots and a self-contained report.html.
 
-A failed answer scores 0 on EM, F1 and ROUGE-L (it gave the user nothing) and is left out of the other scores and
-the cost figures (it may have stopped early); the `errors` column counts them.
+A failed answer scores 0 on EM, F1, acc and ROUGE-L (it gave the user nothing) and is left out of the other scores
+and the cost figures (it may have stopped early); the `errors` column counts them. `model_share` and
+`extracted_share` are the shares of the answers shown as the model's and as sentences extracted from the passages
+(the rest had none), `acc_model` and `acc_extracted` the acc of each group. report.md and report.html leave out
+the columns no strategy has a value for (a dataset without supporting passages has no citation precision);
+summary.csv keeps them all.
 
 Usage:
     rows = summarize(read_results(out / "results.jsonl"))
@@ -21,16 +25,21 @@ from pathlib import Path
 from typing import Any
 
 from docqa.evaluation.runner import RUN_FILE, EvalRecord
+from docqa.extractive_fallback import ANSWER_SOURCE_EXTRACTED, ANSWER_SOURCE_MODEL
 
 # summary.csv's columns, in order: the task's headline scores first, then the optional scores, then cost.
 SUMMARY_COLUMNS = (
-    "pipeline", "n", "em", "f1", "rouge_l", "short_answer_recall", "support_recall", "record_precision",
-    "record_recall", "judge_correctness", "judge_completeness", "judge_relevance", "llm_calls", "prompt_tokens",
+    "pipeline", "n", "em", "f1", "acc", "rouge_l", "short_answer_recall", "support_recall", "citation_precision",
+    "record_precision", "record_recall", "model_share", "extracted_share", "acc_model", "acc_extracted",
+    "judge_correctness", "judge_completeness", "judge_relevance", "llm_calls", "prompt_tokens",
     "completion_tokens", "iterations", "words_retrieved",
     "words_to_generator", "compression", "wall_p50_s", "wall_p95_s", "errors", "stop_reasons",
 )
-ANSWER_METRICS = ("em", "f1", "rouge_l")
-SCORE_METRICS = ("em", "f1", "rouge_l", "short_answer_recall", "support_recall", "record_precision", "record_recall")
+ANSWER_METRICS = ("em", "f1", "acc", "rouge_l")
+SCORE_METRICS = ("em", "f1", "acc", "rouge_l", "short_answer_recall", "support_recall", "citation_precision",
+                 "record_precision", "record_recall")
+# Who wrote the answers shown (answer_source) and how right each group was: per strategy, not per answer.
+SOURCE_METRICS = ("model_share", "extracted_share", "acc_model", "acc_extracted")
 # LLM-as-judge means on their own 0-10 scale, over the answers the judge scored.
 JUDGE_METRICS = ("judge_correctness", "judge_completeness", "judge_relevance")
 COST_METRICS = ("llm_calls", "prompt_tokens", "completion_tokens", "iterations", "words_retrieved",
@@ -66,6 +75,7 @@ def summarize(records: Sequence[EvalRecord]) -> list[dict[str, Any]]:
         for metric in SCORE_METRICS[len(ANSWER_METRICS):]:
             # Scores a dataset does not define (no supporting ids, no record sets) stay empty, never 0.
             row[metric] = _mean([getattr(r, metric) for r in ok if getattr(r, metric) is not None])
+        row.update(source_scores(ok))
         for metric in JUDGE_METRICS:
             row[metric] = _mean([getattr(r, metric) for r in ok if getattr(r, metric) is not None])
         for metric in COST_METRICS:
@@ -77,6 +87,26 @@ def summarize(records: Sequence[EvalRecord]) -> list[dict[str, Any]]:
         row["stop_reasons"] = dict(sorted(Counter(r.stop_reason or "-" for r in ok).items()))
         rows.append(row)
     return rows
+
+
+def source_scores(answered: Sequence[EvalRecord]) -> dict[str, float | None]:
+    """`model_share`, `extracted_share`, `acc_model`, `acc_extracted` of the answers given (errors left out);
+    the acc groups count only questions with reference answers."""
+    n = len(answered)
+    model = [r for r in answered if r.answer_source == ANSWER_SOURCE_MODEL]
+    extracted = [r for r in answered if r.answer_source == ANSWER_SOURCE_EXTRACTED]
+    return {
+        "model_share": len(model) / n if n else None,
+        "extracted_share": len(extracted) / n if n else None,
+        "acc_model": _mean([r.acc for r in model if r.answers]),
+        "acc_extracted": _mean([r.acc for r in extracted if r.answers]),
+    }
+
+
+def shown_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The summary columns some strategy has a value for (the strategy and its count always)."""
+    return [c for c in SUMMARY_COLUMNS
+            if c in ("pipeline", "n") or any(row.get(c) is not None and row.get(c) != {} for row in rows)]
 
 
 def _cell(value: Any) -> str:
@@ -100,7 +130,7 @@ def write_summary_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 def _display(column: str, value: Any) -> str:
     if value is None:
         return "–"
-    if column in SCORE_METRICS:
+    if column in SCORE_METRICS or column in SOURCE_METRICS:
         return f"{value * 100:.1f}"
     if isinstance(value, float):
         return f"{value:.2f}"
@@ -108,9 +138,10 @@ def _display(column: str, value: Any) -> str:
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    header = "| " + " | ".join(SUMMARY_COLUMNS) + " |"
-    lines = [header, "|" + "---|" * len(SUMMARY_COLUMNS)]
-    lines += ["| " + " | ".join(_display(c, row.get(c)) for c in SUMMARY_COLUMNS) + " |" for row in rows]
+    columns = shown_columns(rows)
+    header = "| " + " | ".join(columns) + " |"
+    lines = [header, "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_display(c, row.get(c)) for c in columns) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -189,8 +220,9 @@ def write_report_html(path: Path, rows: Sequence[dict[str, Any]], records: Seque
                       info: dict[str, Any], plots: Sequence[Path]) -> None:
     """One file a browser opens offline: styles inline and plots as data: URIs, nothing fetched from elsewhere."""
     esc = html.escape
-    head = "".join(f"<th>{esc(c)}</th>" for c in SUMMARY_COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{esc(_display(c, row.get(c)))}</td>" for c in SUMMARY_COLUMNS) + "</tr>"
+    columns = shown_columns(rows)
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{esc(_display(c, row.get(c)))}</td>" for c in columns) + "</tr>"
                    for row in rows)
     worst = "".join(
         f"<tr><td>{esc(r.pipeline)}</td><td>{esc(r.question[:160])}</td><td>{esc((r.error or r.prediction)[:200])}"

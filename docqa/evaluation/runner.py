@@ -27,7 +27,9 @@ from docqa.access import AccessScope
 from docqa.errors import DocqaError, LLMUnavailableError
 from docqa.evaluation.datasets import EvalQuestion
 from docqa.evaluation.metrics import (
+    answer_accuracy,
     best_scores,
+    citation_precision,
     recall_at_k,
     rouge_l,
     set_precision_recall,
@@ -53,11 +55,15 @@ class EvalRecord:
     answer_source: str = "model"
     em: float = 0.0
     f1: float = 0.0
+    # FlashRAG's acc of the displayed answer (`prediction`, the model's or the extracted one).
+    acc: float = 0.0
     rouge_l: float = 0.0
     short_answer_recall: float | None = None
     support_recall: float | None = None
     record_precision: float | None = None
     record_recall: float | None = None
+    # Share of the cited passages that are supporting (None: the dataset names none, or nothing is cited).
+    citation_precision: float | None = None
     # LLM-as-judge, 0-10 (None: not judged, or the judge's reply was unusable; see judge_error).
     judge_correctness: float | None = None
     judge_completeness: float | None = None
@@ -70,6 +76,9 @@ class EvalRecord:
     words_retrieved: int = 0
     words_to_generator: int = 0
     retrieved_ids: list[str] = field(default_factory=list)
+    # What the scores were computed from, so a results file can be rescored without the run (`rescore`).
+    cited_ids: list[str] = field(default_factory=list)
+    supporting_ids: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     stop_reason: str | None = None
     error: str | None = None
@@ -114,9 +123,11 @@ def score(record: EvalRecord, result: Any, question: EvalQuestion, words_of: Wor
     record.rouge_l = rouge_l(said, question.answers)
     record.short_answer_recall = short_answer_recall(said, question.short_answers)
     record.support_recall = recall_at_k(retrieved, question.supporting_ids, recall_k)
+    record.cited_ids = list(dict.fromkeys(c.document_id for c in result.citations))
+    record.supporting_ids = list(question.supporting_ids)
+    score_displayed_answer(record)
     if question.record_ids is not None:
-        returned = [c.document_id for c in result.citations]
-        record.record_precision, record.record_recall = set_precision_recall(returned, question.record_ids)
+        record.record_precision, record.record_recall = set_precision_recall(record.cited_ids, question.record_ids)
     record.iterations = len(retrievals) + sum(1 for s in result.steps if s.kind == "tree_node")
     record.llm_calls = result.totals.llm_calls
     record.prompt_tokens = result.totals.prompt_tokens
@@ -126,6 +137,13 @@ def score(record: EvalRecord, result: Any, question: EvalQuestion, words_of: Wor
     record.words_to_generator = len(prompt.split())
     record.stop_reason = result.stop_reason
     record.trace_id = result.trace_id
+
+
+def score_displayed_answer(record: EvalRecord) -> None:
+    """The scores of what the user was shown, from the record alone: `acc` of the answer (without its source
+    markers) against the accepted answers, and the precision of its citations against the supporting ids."""
+    record.acc = answer_accuracy(strip_citation_markers(record.prediction), record.answers)
+    record.citation_precision = citation_precision(record.cited_ids, record.supporting_ids)
 
 
 def judge_record(judge: Any, record: EvalRecord) -> None:
@@ -153,9 +171,13 @@ def read_results(path: Path) -> list[EvalRecord]:
     records = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            records.append(EvalRecord.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, TypeError):
+            raw = json.loads(line)
+            record = EvalRecord.from_dict(raw)
+        except (json.JSONDecodeError, TypeError, AttributeError):
             continue
+        if "acc" not in raw and record.error is None:
+            score_displayed_answer(record)  # written before acc was recorded: computed from the answer shown
+        records.append(record)
     return records
 
 

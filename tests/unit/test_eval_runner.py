@@ -106,6 +106,10 @@ class TestRun:
         standard = {r.question_id: r for r in records if r.pipeline == "standard"}
         assert standard["q1"].prediction == "180 euros [1]" and standard["q1"].em == 1.0
         assert standard["q1"].support_recall == 1.0 and standard["q4"].support_recall is None
+        # What acc and citation precision are computed from travels with the record (see `docqa eval rescore`).
+        assert standard["q1"].acc == 1.0 and "hotel" in standard["q1"].cited_ids
+        assert standard["q1"].supporting_ids == ["hotel"] and standard["q4"].supporting_ids == []
+        assert standard["q1"].citation_precision == 1 / len(standard["q1"].cited_ids)
         assert standard["q1"].llm_calls == 1 and standard["q1"].iterations == 1
         assert all(r.error is None for r in records)
         with audit_session(settings) as session:
