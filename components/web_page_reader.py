@@ -25,6 +25,7 @@ from docqa.components.bounded_body import BodyTooLarge, read_bounded
 from docqa.components.searxng_web_search import WEB_SOURCE
 from docqa.errors import DocqaError
 from docqa.ingestion.chunking import clean_text, split_words
+from docqa.ingestion.conversion_box import ConversionLimits, start_box
 from docqa.ingestion.converters import convert_bytes, is_supported
 from docqa.stores.tokenizer import tokenize
 
@@ -57,9 +58,12 @@ class WebPageReader:
     best `top_k` returned as public web documents (`meta.fetched` and `meta.chunk_index` on page chunks).
 
     A page that cannot be read (timeout, HTTP error, too large, unsupported type, unparseable or empty) keeps
-    its snippet and adds one line to `errors`. Unless `allow_private_addresses`, a URL whose host resolves to
-    a loopback, private, link-local or otherwise reserved address is refused, and the connection goes to the
-    address that was checked (a second DNS answer cannot redirect it to the intranet).
+    its snippet and adds one line to `errors`. The conversion runs in the converter's box within what is left
+    of the page's deadline, `max_uncompressed_bytes` (what a DOCX's members may declare) and
+    `max_convert_memory_mb`, and is killed at its limit: a page given up on is not converted on.
+    Unless `allow_private_addresses`, a URL whose host resolves to a loopback, private, link-local or otherwise
+    reserved address is refused, and the connection goes to the address that was checked (a second DNS answer
+    cannot redirect it to the intranet).
 
     Haystack's `LinkContentFetcher` is not used: it reads whole bodies, bounds each read rather than the whole
     request, and follows redirects without letting their addresses be checked.
@@ -84,6 +88,8 @@ class WebPageReader:
         chunk_words: int = 200,
         overlap_words: int = 30,
         allow_private_addresses: bool = False,
+        max_uncompressed_bytes: int = ConversionLimits.max_uncompressed_bytes,
+        max_convert_memory_mb: int = ConversionLimits.max_memory_mb,
     ) -> None:
         """
         :param max_pages: Results whose page is read (the first ones); the others keep their snippet.
@@ -93,6 +99,8 @@ class WebPageReader:
         :param chunk_words: Words per chunk, as for uploads (DOCQA_CHUNK_WORDS).
         :param overlap_words: Words shared by consecutive chunks (DOCQA_CHUNK_OVERLAP_WORDS).
         :param allow_private_addresses: Also read pages on loopback, private and link-local addresses.
+        :param max_uncompressed_bytes: What a ZIP-based page (DOCX) may declare in total (DOCQA_CONVERT_*).
+        :param max_convert_memory_mb: Memory a page's conversion may use (DOCQA_CONVERT_MAX_MEMORY_MB).
         """
         if max_pages < 1 or timeout_s <= 0 or max_bytes < 1 or top_k < 1:
             raise ValueError("max_pages, timeout_s, max_bytes and top_k must be positive")
@@ -105,6 +113,10 @@ class WebPageReader:
         self.chunk_words = chunk_words
         self.overlap_words = overlap_words
         self.allow_private_addresses = allow_private_addresses
+        self.max_uncompressed_bytes = max_uncompressed_bytes
+        self.max_convert_memory_mb = max_convert_memory_mb
+        # Checked here, not at the first page read.
+        self._limits(self.timeout_s)
 
     @component.output_types(documents=list[Document], errors=list[str])
     def run(self, query: str, documents: list[Document], top_k: int | None = None) -> dict[str, Any]:
@@ -115,6 +127,9 @@ class WebPageReader:
         :returns: `documents` best first and `errors`, one line per page that could not be read.
         """
         urls = list(dict.fromkeys(doc.meta["url"] for doc in documents if doc.meta.get("url")))[: self.max_pages]
+        if urls:
+            # Once per process, and not within any page's deadline (a no-op once the box's server runs).
+            start_box()
         pages = self._read_all(urls)
         candidates: list[Document] = []
         errors: list[str] = []
@@ -128,6 +143,10 @@ class WebPageReader:
             else:
                 candidates.extend(self._chunks(doc, page))
         return {"documents": rank(query, candidates)[: top_k or self.top_k], "errors": errors}
+
+    def warm_up(self) -> None:
+        """Start the conversion box's server (a second or two, once per process) before the first question."""
+        start_box()
 
     def _read_all(self, urls: list[str]) -> dict[str, _Page | str]:
         """Each URL's page, or the line saying why it was not read; pages are read at the same time."""
@@ -149,12 +168,17 @@ class WebPageReader:
         return results
 
     def _read(self, url: str) -> _Page | str:
+        deadline = time.monotonic() + self.timeout_s
         try:
-            body, content_type, final_url = self._fetch(url)
+            body, content_type, final_url = self._fetch(url, deadline)
             name = _file_name(final_url, content_type)
             if name is None:
                 return _error(url, f"unsupported content type {content_type.split(';')[0].strip() or '(none)'}")
-            converted = convert_bytes(body, name, self.max_bytes)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise httpx.ReadTimeout("deadline passed")
+            # `_read_all` waits one second past the deadline: the box is killed before it stops waiting.
+            converted = convert_bytes(body, name, self.max_bytes, self._limits(remaining + 0.5))
         except httpx.TimeoutException:
             return _error(url, f"timed out after {self.timeout_s:g}s")
         except httpx.HTTPStatusError as exc:
@@ -170,9 +194,13 @@ class WebPageReader:
             return _error(url, "no text left after cleaning")
         return _Page(url=final_url, title=converted.title, text=text)
 
-    def _fetch(self, url: str) -> tuple[bytes, str, str]:
-        """(body, content type, URL after redirects) of one page, within `timeout_s` and `max_bytes`."""
-        deadline = time.monotonic() + self.timeout_s
+    def _limits(self, timeout_s: float) -> ConversionLimits:
+        return ConversionLimits(max_uncompressed_bytes=self.max_uncompressed_bytes,
+                                max_member_bytes=min(ConversionLimits.max_member_bytes, self.max_uncompressed_bytes),
+                                max_memory_mb=self.max_convert_memory_mb, timeout_s=timeout_s)
+
+    def _fetch(self, url: str, deadline: float) -> tuple[bytes, str, str]:
+        """(body, content type, URL after redirects) of one page, by `deadline` and within `max_bytes`."""
         for _ in range(MAX_REDIRECTS + 1):
             target, headers, extensions = self._pinned(url)
             remaining = deadline - time.monotonic()
@@ -256,6 +284,8 @@ class WebPageReader:
             chunk_words=self.chunk_words,
             overlap_words=self.overlap_words,
             allow_private_addresses=self.allow_private_addresses,
+            max_uncompressed_bytes=self.max_uncompressed_bytes,
+            max_convert_memory_mb=self.max_convert_memory_mb,
         )
 
     @classmethod

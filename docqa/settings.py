@@ -69,6 +69,15 @@ class Settings(BaseSettings):
     chunk_words: int = Field(default=200, ge=20)
     chunk_overlap_words: int = Field(default=30, ge=0)
     max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    # Every document conversion (uploads, ingestion jobs, web pages) runs in a child process within these
+    # bounds (docqa.ingestion.conversion_box): what a ZIP-based file's members may declare (before any is
+    # inflated), the memory the child may add to its start size, and its wall time; it is killed at a limit.
+    convert_max_uncompressed_bytes: int = Field(default=100 * 1024 * 1024, ge=1)
+    convert_max_member_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
+    convert_max_members: int = Field(default=10_000, ge=1)
+    convert_max_ratio: float = Field(default=200.0, gt=1)
+    convert_max_memory_mb: int = Field(default=1024, ge=64)
+    convert_timeout_s: float = Field(default=120.0, gt=0)
 
     # LLM: one OpenAI-compatible client path. With no base URL the packaged model is served locally.
     llm_base_url: str | None = None

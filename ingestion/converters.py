@@ -3,10 +3,15 @@
 Every failure is a `DocqaError` with a one-line reason, so a caller can report it per item and move on:
 an unknown suffix is `UnsupportedFileError`, a corrupt, encrypted, undecodable or empty file is
 `UnreadableFileError`, and anything over the configured size limit is `FileTooLargeError` (checked before
-the bytes are read).
+the bytes are read), as is an archive declaring too much or a conversion over its memory limit.
+
+Files are parsed in a box (`docqa.ingestion.conversion_box`): DOCX archives are checked first (`ZIP_FILE_TYPES`),
+then HTML, PDF, DOCX and any text or Markdown file over `IN_PROCESS_MAX_BYTES` are converted in a child process
+within `ConversionLimits` (memory, wall time), so the parsers never run in the caller's process.
 
 Usage:
-    converted = convert_path(Path("handbook.pdf"), max_bytes=settings.max_file_bytes)
+    converted = convert_path(Path("handbook.pdf"), max_bytes=settings.max_file_bytes,
+                             limits=ConversionLimits.from_settings(settings))
     converted.text, converted.title, converted.file_type
 """
 
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from docqa.errors import FileTooLargeError, UnreadableFileError, UnsupportedFileError
+from docqa.ingestion.conversion_box import ConversionLimits, check_zip_archive, preload_in_box, run_in_box
 
 FILE_TYPES: dict[str, str] = {
     ".txt": "text",
@@ -30,6 +36,14 @@ FILE_TYPES: dict[str, str] = {
     ".pdf": "pdf",
     ".docx": "docx",
 }
+# ZIP containers: their directory is checked before any member is inflated (XLSX, PPTX and ODF files will be too).
+ZIP_FILE_TYPES = frozenset({"docx"})
+# Plain text and Markdown this small are converted in the caller's process (a child costs more than they do).
+IN_PROCESS_TYPES = frozenset({"text", "markdown"})
+IN_PROCESS_MAX_BYTES = 256 * 1024
+
+# The box's server imports and warms the parsers once; the caller's process never imports them.
+preload_in_box("docqa.ingestion.parser_warmup")
 
 # Libraries log their own complaints about malformed files; the converter reports one clear error instead.
 for _noisy in ("pypdf", "trafilatura", "htmldate", "courlan"):
@@ -74,7 +88,7 @@ def check_size(name: str, size: int, max_bytes: int) -> None:
         raise FileTooLargeError(f"{name}: file is {size} bytes; the limit is {max_bytes} bytes")
 
 
-def convert_path(path: Path, max_bytes: int) -> ConvertedText:
+def convert_path(path: Path, max_bytes: int, limits: ConversionLimits | None = None) -> ConvertedText:
     """Read and convert one file; the type and size are checked before any bytes are read."""
     file_type_of(path.name)
     try:
@@ -86,25 +100,43 @@ def convert_path(path: Path, max_bytes: int) -> ConvertedText:
         data = path.read_bytes()
     except OSError as exc:
         raise UnreadableFileError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
-    return convert_bytes(data, str(path), max_bytes)
+    return convert_bytes(data, str(path), max_bytes, limits)
 
 
-def convert_bytes(data: bytes, name: str, max_bytes: int) -> ConvertedText:
-    """Convert the bytes of a file called `name` (its suffix picks the converter)."""
+def convert_bytes(data: bytes, name: str, max_bytes: int, limits: ConversionLimits | None = None) -> ConvertedText:
+    """Convert the bytes of a file called `name` (its suffix picks the converter) within `limits` (the
+    DOCQA_CONVERT_* defaults when None)."""
     file_type = file_type_of(name)
     check_size(name, len(data), max_bytes)
-    if not data.strip():
+    if not data or data.isspace():
         raise UnreadableFileError(f"{name}: file is empty")
-    try:
-        text, title = _CONVERTERS[file_type](data)
-    except UnreadableFileError as exc:
-        raise UnreadableFileError(f"{name}: {exc.message}") from exc
-    except Exception as exc:  # parsers raise many unrelated types on malformed input
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UnreadableFileError(f"{name}: cannot parse {file_type.upper()} file ({reason})") from exc
+    limits = limits or ConversionLimits()
+    if file_type in ZIP_FILE_TYPES:
+        try:
+            check_zip_archive(data, name, limits)
+        except UnreadableFileError as exc:
+            reason = exc.message.removeprefix(f"{name}: ")
+            raise UnreadableFileError(f"{name}: cannot parse {file_type.upper()} file ({reason})") from exc
+    if file_type in IN_PROCESS_TYPES and len(data) <= IN_PROCESS_MAX_BYTES:
+        text, title = extract_text(file_type, data, name)
+    else:
+        text, title = run_in_box(extract_text, file_type, data, name, limits=limits, name=name)
     if not text.strip():
         raise UnreadableFileError(f"{name}: no extractable text")
     return ConvertedText(text=text, title=(title or "").strip() or PurePath(name).stem, file_type=file_type)
+
+
+def extract_text(file_type: str, data: bytes, name: str) -> tuple[str, str | None]:
+    """(text, title or None) of one file by its type's parser; what runs inside the box."""
+    try:
+        return _CONVERTERS[file_type](data)
+    except UnreadableFileError as exc:
+        raise UnreadableFileError(f"{name}: {exc.message}") from exc
+    except MemoryError:
+        raise
+    except Exception as exc:  # parsers raise many unrelated types on malformed input
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UnreadableFileError(f"{name}: cannot parse {file_type.upper()} file ({reason})") from exc
 
 
 def _decode(data: bytes) -> str:

@@ -33,6 +33,7 @@ from haystack.document_stores.types import DuplicatePolicy
 from docqa.access import COLLECTION_FIELD, DEFAULT_COLLECTION
 from docqa.errors import DocqaError, UnreadableFileError
 from docqa.ingestion.chunking import ChunkSpec, build_chunks
+from docqa.ingestion.conversion_box import ConversionLimits
 from docqa.ingestion.converters import convert_bytes, convert_path, is_supported
 
 ItemStatus = Literal["written", "skipped", "failed"]
@@ -328,9 +329,10 @@ def _chunk(source: Source, tenant: str, access: Sequence[str], settings: Any, in
         if source.path is not None:
             if not source.path.exists():
                 raise UnreadableFileError(f"{source.path}: no such file")
-            converted = convert_path(source.path, settings.max_file_bytes)
+            converted = convert_path(source.path, settings.max_file_bytes, ConversionLimits.from_settings(settings))
         else:
-            converted = convert_bytes(source.data or b"", source.name, settings.max_file_bytes)
+            converted = convert_bytes(source.data or b"", source.name, settings.max_file_bytes,
+                                      ConversionLimits.from_settings(settings))
         text, title, file_type = converted.text, source.title or converted.title, converted.file_type
     spec = ChunkSpec(
         source_id=source.source_id,

@@ -143,7 +143,9 @@ def _page_reader(settings: Any, sources: tuple[str, ...], top_k: int) -> WebPage
     return WebPageReader(max_pages=settings.web_fetch_pages, timeout_s=settings.web_fetch_timeout_s,
                          max_bytes=settings.web_fetch_max_bytes, top_k=top_k, chunk_words=settings.chunk_words,
                          overlap_words=settings.chunk_overlap_words,
-                         allow_private_addresses=settings.web_fetch_allow_private)
+                         allow_private_addresses=settings.web_fetch_allow_private,
+                         max_uncompressed_bytes=settings.convert_max_uncompressed_bytes,
+                         max_convert_memory_mb=settings.convert_max_memory_mb)
 
 
 def _role(runtime: Runtime, role: str) -> RoleChatGenerator:

@@ -9,12 +9,17 @@ def pdf_bytes(lines: list[str]) -> bytes:
     """A minimal one-page PDF whose text layer holds `lines` (plain ASCII without parentheses)."""
     text_ops = " ".join(f"({line}) Tj T*" for line in lines)
     stream = f"BT /F1 12 Tf 14 TL 72 720 Td {text_ops} ET".encode()
+    return one_page_pdf(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
+
+
+def one_page_pdf(contents: bytes) -> bytes:
+    """A one-page PDF (Helvetica as /F1) whose content stream object is `contents` (dictionary and stream)."""
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
         b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        contents,
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
     out = bytearray(b"%PDF-1.4\n")
