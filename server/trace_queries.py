@@ -17,8 +17,9 @@ from sqlalchemy import Select, func, or_, select
 from sqlalchemy.orm import Session
 
 from docqa.audit.canonical import canonical_bytes, format_timestamp, step_payload, trace_payload
-from docqa.audit.export import export_line
+from docqa.audit.export import tenant_export_line
 from docqa.audit.models import AuditTrace
+from docqa.audit.tenant_numbering import tenant_proof
 from docqa.feedback import feedback_by_trace
 
 
@@ -55,7 +56,8 @@ class TraceFilter:
 def summary(trace: AuditTrace) -> dict[str, Any]:
     return {
         "id": trace.id,
-        "seq": trace.seq,
+        # The trace's number among the tenant's traces: the chain's `seq` would count other tenants' links.
+        "seq": trace.tenant_seq,
         "asked_by": trace.asked_by,
         "tenant": trace.tenant,
         "asked_at": format_timestamp(trace.asked_at),
@@ -84,14 +86,14 @@ def read_trace(session: Session, tenant: str, trace_id: str) -> dict[str, Any] |
     return {
         **trace_payload(trace),
         "steps": [step_payload(s) for s in trace.steps],
-        "proof": {"seq": trace.seq, "prev_mac": trace.prev_mac, "mac": trace.mac},
+        "proof": tenant_proof(trace),
         # The askers' ratings: beside the chained payload, which they may change without breaking it.
         "feedback": feedback_by_trace(session, [trace.id]).get(trace.id, []),
     }
 
 
 def export_lines(session: Session, where: TraceFilter, batch: int = 200) -> Iterator[bytes]:
-    """JSON Lines with chain proofs (see `docqa.audit.export`) of the tenant's traces, in chain order."""
+    """JSON Lines of the tenant's traces in chain order, with per-tenant proofs (`tenant_export_line`)."""
     last = 0
     while True:
         query = where.apply(select(AuditTrace)).where(AuditTrace.seq > last).order_by(AuditTrace.seq).limit(batch)
@@ -100,7 +102,7 @@ def export_lines(session: Session, where: TraceFilter, batch: int = 200) -> Iter
             return
         ratings = feedback_by_trace(session, [trace.id for trace in rows])
         for trace in rows:
-            yield _with_feedback(export_line(trace), ratings.get(trace.id))
+            yield _with_feedback(tenant_export_line(trace), ratings.get(trace.id))
         last = rows[-1].seq
         session.expunge_all()
 

@@ -26,8 +26,8 @@ from sqlalchemy.orm import Session
 
 from docqa.access import EVERYONE
 from docqa.audit import events as ev
-from docqa.audit.export import as_utc
 from docqa.audit.models import AuditEvent
+from docqa.audit.timestamps import as_utc
 
 _DOCUMENT_ACTIONS = (ev.DOCUMENT_INGESTED, ev.RECORDS_INGESTED, ev.DOCUMENT_ACCESS_CHANGED, ev.DOCUMENT_DELETED)
 _USER_ACTIONS = (ev.USER_CREATED, ev.USER_CHANGED, ev.USER_DEACTIVATED)
@@ -48,17 +48,21 @@ class AccessAnswer:
         return asdict(self)
 
 
-def event_dict(row: AuditEvent | Any) -> dict[str, Any]:
-    """An event as auditors read it (API, CLI): its fields and its chain position."""
+def event_dict(row: AuditEvent | Any, *, tenant_numbers: bool = False) -> dict[str, Any]:
+    """An event as auditors read it: its fields and its chain position (`seq`), or with `tenant_numbers` (a
+    tenant's auditors) its number among the tenant's events instead."""
+    seq = row.tenant_seq if tenant_numbers else row.seq
     return {
-        "id": row.id, "seq": int(row.seq), "at": as_utc(row.at).isoformat().replace("+00:00", "Z"),
+        "id": row.id, "seq": None if seq is None else int(seq), "at": as_utc(row.at).isoformat().replace("+00:00", "Z"),
         "tenant": row.tenant, "actor": row.actor, "action": row.action, "target": row.target,
         "before": row.before, "after": row.after, "result": row.result, "request_id": row.request_id,
     }
 
 
-def replay_access(session: Session, *, tenant: str, principal: str, document: str, at: datetime) -> AccessAnswer:
-    """Whether `principal` could read `document` in `tenant` at `at`, and the events that decided it."""
+def replay_access(session: Session, *, tenant: str, principal: str, document: str, at: datetime,
+                  tenant_numbers: bool = False) -> AccessAnswer:
+    """Whether `principal` could read `document` in `tenant` at `at`, and the events that decided it (numbered
+    as `event_dict` does)."""
     when = as_utc(at)
     answer = AccessAnswer(False, tenant, principal, document, when.isoformat().replace("+00:00", "Z"))
     kind, _, name = principal.partition(":")
@@ -93,7 +97,8 @@ def replay_access(session: Session, *, tenant: str, principal: str, document: st
         grants = [p for p in _granted_principals(event, name) if p in (access or [])]
         if event.action in _USER_ACTIONS or grants or event.action == ev.GROUP_MEMBER_REMOVED:
             decisive[event.id] = event
-    answer.events = [event_dict(e) for e in sorted(decisive.values(), key=lambda e: e.seq)]
+    ordered = sorted(decisive.values(), key=lambda e: e.seq)
+    answer.events = [event_dict(e, tenant_numbers=tenant_numbers) for e in ordered]
     return answer
 
 

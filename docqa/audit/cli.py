@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from docqa.audit.events import CHECKPOINT_SIGNED, SYSTEM_TENANT, record_event
 from docqa.audit.export import export_jsonl
 from docqa.audit.keys import hmac_key, load_public_key, public_key_pem, signing_key, verify_key
 from docqa.audit.retention import ArchiveIntegrityError, RetentionFloorError, retain, verify_archive
+from docqa.audit.timestamps import TimeOutOfRange, as_utc
 from docqa.audit.verify import VerifyReport, verify_chain
 from docqa.db import session_factory
 from docqa.settings import Settings
@@ -273,7 +274,10 @@ def _timestamp(value: str) -> datetime:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an ISO date or date-time: {value!r}") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+    try:
+        return as_utc(parsed)
+    except TimeOutOfRange as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _print_report(report: VerifyReport, *, as_json: bool) -> None:

@@ -16,7 +16,7 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from docqa.audit.access import event_dict
-from docqa.audit.export import export_line
+from docqa.audit.export import tenant_export_line
 from docqa.audit.models import AuditEvent
 
 
@@ -48,10 +48,10 @@ class EventFilter:
 
 
 def list_events(session: Session, where: EventFilter, limit: int, offset: int) -> tuple[int, list[dict[str, Any]]]:
-    """(total matching, one page of events, newest first)."""
+    """(total matching, one page of events numbered within the tenant, newest first)."""
     total = session.scalar(where.apply(select(func.count()).select_from(AuditEvent))) or 0
     query = where.apply(select(AuditEvent)).order_by(AuditEvent.seq.desc()).limit(limit).offset(offset)
-    return total, [event_dict(e) for e in session.scalars(query)]
+    return total, [event_dict(e, tenant_numbers=True) for e in session.scalars(query)]
 
 
 def iter_events(session: Session, where: EventFilter, batch: int = 500) -> Iterator[AuditEvent]:
@@ -68,6 +68,6 @@ def iter_events(session: Session, where: EventFilter, batch: int = 500) -> Itera
 
 
 def export_event_lines(session: Session, where: EventFilter) -> Iterator[bytes]:
-    """The tenant's matching events as JSON Lines with their chain proofs, in chain order."""
+    """The tenant's matching events as JSON Lines in chain order, with per-tenant proofs (`tenant_export_line`)."""
     for row in iter_events(session, where):
-        yield export_line(row)
+        yield tenant_export_line(row)

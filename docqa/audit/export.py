@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from sqlalchemy.orm import Session
 from docqa.audit.canonical import canonical_bytes, event_payload, trace_payload
 from docqa.audit.chain import ChainPosition
 from docqa.audit.models import AuditTrace
+from docqa.audit.tenant_numbering import tenant_proof
+from docqa.audit.timestamps import as_utc
 from docqa.audit.verify import BrokenLink, LinkChecker, StoredTrace, VerifyReport, is_event, iter_links
 
 
@@ -33,13 +35,15 @@ def export_line(trace: AuditTrace | StoredTrace | Any) -> bytes:
     return canonical_bytes(record) + b"\n"
 
 
+def tenant_export_line(link: AuditTrace | Any) -> bytes:
+    """The line of one link for its tenant's auditors: the same payload, the proof of `tenant_proof`."""
+    body = {"event": event_payload(link)} if is_event(link) else {"trace": trace_payload(link)}
+    return canonical_bytes({**body, "proof": tenant_proof(link)}) + b"\n"
+
+
 def link_time(link: Any) -> datetime:
     """When a link happened: an event's time, a trace's question time."""
     return as_utc(link.at if is_event(link) else link.asked_at)
-
-
-def as_utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def export_jsonl(
@@ -87,6 +91,10 @@ def verify_jsonl(path: Path, key: bytes, *, start: ChainPosition | None = None) 
             payload = canonical_bytes(body)
             trace_id = str(body.get("id"))
         except (TypeError, KeyError, ValueError, AttributeError):
+            if isinstance(record, dict) and isinstance(record.get("proof"), dict) and "prev_mac" not in record["proof"]:
+                checker.broken = BrokenLink(None, None, f"line {number} is from a tenant's export, numbered within "
+                                            "the tenant: verify its links against the chain (docqa audit verify)")
+                break
             checker.broken = BrokenLink(None, None, f"line {number} is not a trace or event record with a proof")
             break
         if start is None and (first_seq is None or seq != checker.head.seq + 1):

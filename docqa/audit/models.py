@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from docqa.db import Base
@@ -25,9 +25,14 @@ class AuditTrace(Base):
     """One question: who asked, where, what was answered and how (its steps), and its chain link."""
 
     __tablename__ = "audit_traces"
+    __table_args__ = (Index("ix_audit_traces_tenant_seq", "tenant", "tenant_seq", unique=True),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger, unique=True, index=True)
+    # The trace's number among its tenant's traces (1, 2, ...): what the tenant's auditors see instead of `seq`,
+    # whose gaps would count other tenants' links. Not part of the MAC: it is derived from the chain order.
+    # Every appended link gets one (`tenant_numbering`); NULL only in a row written behind docqa's back.
+    tenant_seq: Mapped[int | None] = mapped_column(BigInteger)
     asked_by: Mapped[str] = mapped_column(String(255))
     tenant: Mapped[str] = mapped_column(String(255), index=True)
     asked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
@@ -96,9 +101,12 @@ class AuditEvent(Base):
     """
 
     __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_tenant_seq", "tenant", "tenant_seq", unique=True),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger, unique=True, index=True)
+    # The event's number among its tenant's events, as for traces.
+    tenant_seq: Mapped[int | None] = mapped_column(BigInteger)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     tenant: Mapped[str] = mapped_column(String(255), index=True)
     actor: Mapped[str] = mapped_column(String(255))
@@ -110,6 +118,20 @@ class AuditEvent(Base):
     request_id: Mapped[str | None] = mapped_column(String(64))
     prev_mac: Mapped[str] = mapped_column(String(64))
     mac: Mapped[str] = mapped_column(String(64))
+
+
+class AuditTenantCounter(Base):
+    """The last per-tenant number given to a tenant's traces (`kind` "trace") or events ("event").
+
+    Kept apart from the links so numbering continues after retention deleted a tenant's older links; advanced
+    only under the chain lock, in the transaction that appends the link.
+    """
+
+    __tablename__ = "audit_tenant_counters"
+
+    tenant: Mapped[str] = mapped_column(String(255), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8), primary_key=True)
+    last: Mapped[int] = mapped_column(BigInteger)
 
 
 AUDIT_TABLES = ("audit_traces", "audit_steps", "audit_anchors", "audit_events")

@@ -87,9 +87,10 @@ def _target_user(event: Any) -> dict[str, Any]:
     return {"uid": event.target, "name": event.target, "type_id": 0, "type": "Unknown"}
 
 
-def ocsf_record(link: Any) -> dict[str, Any]:
-    """One chain link (trace or event row) as an OCSF event dict."""
-    chain = {"seq": int(link.seq), "prev_mac": link.prev_mac, "mac": link.mac}
+def ocsf_record(link: Any, *, proof: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One chain link (trace or event row) as an OCSF event dict; `proof` replaces its chain position (a tenant's
+    view, `tenant_proof`)."""
+    chain = proof or {"seq": int(link.seq), "prev_mac": link.prev_mac, "mac": link.mac}
     if is_event(link):
         class_uid, activity_id, activity_name = _MAPPING.get(link.action, (API_ACTIVITY, 99, "Other"))
         ok = link.result == ev.RESULT_SUCCESS
@@ -119,7 +120,7 @@ def ocsf_record(link: Any) -> dict[str, Any]:
         "status_id": STATUS_SUCCESS if ok else STATUS_FAILURE,
         "status": "Success" if ok else "Failure",
         "message": f"{operation} {target}",
-        "metadata": {"version": OCSF_VERSION, "product": PRODUCT, "uid": link.id, "sequence": int(link.seq),
+        "metadata": {"version": OCSF_VERSION, "product": PRODUCT, "uid": link.id, "sequence": chain["seq"],
                      "log_name": "docqa.audit", "tenant_uid": tenant},
         "actor": {"user": _user(actor)},
         "unmapped": {"docqa": {**extra, "chain": chain, "payload": link_payload(link)}},

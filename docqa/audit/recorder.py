@@ -28,6 +28,7 @@ from docqa.audit.chain import IMMEDIATE_SESSION, chain_tail, link_mac, lock_chai
 from docqa.audit.keys import hmac_key
 from docqa.audit.models import STATUS_COMPLETED, STATUS_FAILED, AuditStep, AuditTrace
 from docqa.audit.scrub import clean, clean_text, secret_values
+from docqa.audit.tenant_numbering import TRACE, next_tenant_seq
 from docqa.db import make_engine
 from docqa.pipelines.base import QAPipeline, config_hash
 from docqa.recording import StepRecorder, capture_recorders
@@ -149,6 +150,7 @@ def append_trace(session: Session, trace: AuditTrace, key: bytes) -> None:
     lock_chain(session)
     tail = chain_tail(session)
     trace.seq = tail.seq + 1
+    trace.tenant_seq = next_tenant_seq(session, trace.tenant, TRACE)
     trace.prev_mac = tail.mac
     trace.mac = link_mac(key, trace.seq, trace.prev_mac, payload)
     session.add(trace)

@@ -54,16 +54,17 @@ def _timestamp(value: datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
 
 
-def ecs_record(link: Any) -> dict[str, Any]:
-    """One chain link (trace or event) as an ECS document."""
+def ecs_record(link: Any, *, proof: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One chain link (trace or event) as an ECS document; `proof` replaces its chain position (a tenant's view,
+    `tenant_proof`)."""
     payload = link_payload(link)
-    chain = {"seq": int(link.seq), "prev_mac": link.prev_mac, "mac": link.mac}
+    chain = proof or {"seq": int(link.seq), "prev_mac": link.prev_mac, "mac": link.mac}
     if is_event(link):
         category, kind = _CATEGORIES.get(link.action, (["configuration"], ["info"]))
         record: dict[str, Any] = {
             "@timestamp": _timestamp(link_time(link)),
             "event": {"kind": "event", "category": category, "type": kind, "action": link.action,
-                      "outcome": link.result, "id": link.id, "sequence": int(link.seq), "dataset": "docqa.audit"},
+                      "outcome": link.result, "id": link.id, "sequence": chain["seq"], "dataset": "docqa.audit"},
             "user": {"name": link.actor},
             "organization": {"id": link.tenant},
             "docqa": {"target": link.target, "before": link.before, "after": link.after,
@@ -76,7 +77,7 @@ def ecs_record(link: Any) -> dict[str, Any]:
         "@timestamp": _timestamp(link_time(link)),
         "event": {"kind": "event", "category": ["process"], "type": ["info"], "action": "question.answered",
                   "outcome": "success" if link.status == "completed" else "failure", "id": link.id,
-                  "sequence": int(link.seq), "dataset": "docqa.audit"},
+                  "sequence": chain["seq"], "dataset": "docqa.audit"},
         "user": {"name": link.asked_by},
         "organization": {"id": link.tenant},
         "docqa": {"pipeline": link.pipeline, "status": link.status, "chain": chain, "payload": payload},

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
@@ -17,7 +16,9 @@ from docqa.audit.access import replay_access
 from docqa.audit.event_queries import EventFilter, export_event_lines, iter_events, list_events
 from docqa.audit.ocsf import ocsf_record
 from docqa.audit.siem import ecs_record
-from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError
+from docqa.audit.tenant_numbering import tenant_proof
+from docqa.audit.timestamps import UtcTime, ZonedUtcTime
+from docqa.server.api_errors import COMMON_ERROR_RESPONSES
 from docqa.server.auth import AuditorCaller, ContextDep
 from docqa.server.context import ServerContext
 
@@ -50,8 +51,8 @@ def get_events(
     action: Text = None,
     actor: Text = None,
     target: Text = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: UtcTime | None = None,
+    until: UtcTime | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
 ) -> EventPage:
@@ -67,8 +68,8 @@ def export_events(
     caller: AuditorCaller,
     context: ContextDep,
     format: Literal["jsonl", "ocsf", "ecs"] = "jsonl",
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: UtcTime | None = None,
+    until: UtcTime | None = None,
 ) -> StreamingResponse:
     where = EventFilter(tenant=caller.tenant, since=since, until=until)
     return StreamingResponse(_export(context, where, format), media_type="application/x-ndjson")
@@ -81,7 +82,8 @@ def _export(context: ServerContext, where: EventFilter, format: str) -> Iterator
             return
         render = ocsf_record if format == "ocsf" else ecs_record
         for row in iter_events(session, where):
-            yield json.dumps(render(row), sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
+            record = render(row, proof=tenant_proof(row))
+            yield json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
 @router.get("/access", response_model=AccessOut,
@@ -91,10 +93,9 @@ def get_access(
     context: ContextDep,
     principal: Annotated[str, Query(min_length=3, max_length=200, pattern=r"^(user|group):.+$")],
     document: Annotated[str, Query(min_length=1, max_length=1024)],
-    at: datetime,
+    at: ZonedUtcTime,
 ) -> AccessOut:
-    if at.tzinfo is None:
-        raise ApiError(422, "invalid_request", "give 'at' with a time zone, e.g. 2026-03-03T10:00:00Z")
     with context.sessions() as session:
-        answer = replay_access(session, tenant=caller.tenant, principal=principal, document=document, at=at)
+        answer = replay_access(session, tenant=caller.tenant, principal=principal, document=document, at=at,
+                               tenant_numbers=True)
     return AccessOut(**answer.to_dict())

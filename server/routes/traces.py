@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from docqa.audit.keys import hmac_key
+from docqa.audit.timestamps import UtcTime
 from docqa.audit.verify import verify_for_tenant
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, NotFound
 from docqa.server.auth import AuditorCaller, ContextDep
@@ -57,9 +58,9 @@ def get_traces(
     context: ContextDep,
     user: Text = None,
     pipeline: Text = None,
-    status: Literal["completed", "failed", "timed_out", "cancelled"] | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    status: Literal["completed", "failed", "timed_out", "cancelled", "interrupted"] | None = None,
+    since: UtcTime | None = None,
+    until: UtcTime | None = None,
     text: Text = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
@@ -75,8 +76,8 @@ def get_traces(
 def export_traces(
     caller: AuditorCaller,
     context: ContextDep,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: UtcTime | None = None,
+    until: UtcTime | None = None,
 ) -> StreamingResponse:
     where = _filter(caller.tenant, None, None, None, since, until, None)
     return StreamingResponse(_export(context, where), media_type="application/x-ndjson")

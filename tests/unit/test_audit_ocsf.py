@@ -18,8 +18,11 @@ from typing import ClassVar
 import pytest
 
 from docqa.audit import events as ev
+from docqa.audit.canonical import canonical_bytes
+from docqa.audit.chain import link_mac
 from docqa.audit.events import append_event
 from docqa.audit.keys import hmac_key
+from docqa.audit.models import AuditEvent
 from docqa.audit.ocsf import ocsf_lines, ocsf_record, verify_ocsf_lines
 from docqa.audit.recorder import audit_session
 from docqa.audit.shipping import FileSink, HttpSink, StdoutSink, ship
@@ -308,8 +311,17 @@ class TestAuditorExport:
         assert [(r["class_uid"], r["activity_id"]) for r in records] == [(3001, 1), (6003, 1), (3001, 7)]
         assert all(ocsf_problems(r) == [] for r in records)
         assert [json.loads(line)["user"]["uid"] for line in other] == ["zoe"]
+        # Numbered within the tenant, without the chain position (operators verify the chain itself); each
+        # record's MAC is its link's in the chain, over the payload it carries.
         settings = app.state.context.settings
-        assert verify_ocsf_lines(lines, hmac_key(settings), contiguous=False).ok
+        assert [r["unmapped"]["docqa"]["chain"]["seq"] for r in records] == [1, 2, 3]
+        assert verify_ocsf_lines(lines, hmac_key(settings), contiguous=False).broken is not None
+        with session_factory(settings)() as session:
+            for record in records:
+                docqa = record["unmapped"]["docqa"]
+                link = session.get(AuditEvent, docqa["payload"]["id"])
+                payload = canonical_bytes(docqa["payload"])
+                assert link_mac(hmac_key(settings), link.seq, link.prev_mac, payload) == docqa["chain"]["mac"]
 
 
 def test_docqa_audit_verify_checks_an_ocsf_file(settings, tmp_path, capsys):
