@@ -13,6 +13,8 @@ Usage:
         session.commit()
         feedback_by_trace(session, [tid])[tid]          # [{"user_id", "rating", "comment", "updated_at"}]
         list(approved_examples(session, "acme"))        # [{"question", "golden_answers", "trace_ids"}]
+        # only answers whose cited documents group:hr may read now:
+        list(approved_examples(session, "acme", readable=lambda ids: readable_ids(store, hr_scope, ids)))
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,8 @@ from typing import Any
 from sqlalchemy import DateTime, ForeignKey, String, Text, UniqueConstraint, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from docqa.audit.models import STATUS_COMPLETED, AuditTrace
+from docqa.access import AccessScope
+from docqa.audit.models import STATUS_COMPLETED, AuditStep, AuditTrace
 from docqa.db import Base
 from docqa.errors import DocqaError
 
@@ -108,21 +111,30 @@ def feedback_by_trace(session: Session, trace_ids: Sequence[str]) -> dict[str, l
     return found
 
 
-def approved_examples(session: Session, tenant: str) -> Iterator[dict[str, Any]]:
+def approved_examples(session: Session, tenant: str, *,
+                      readable: Callable[[list[str]], set[str]] | None = None) -> Iterator[dict[str, Any]]:
     """One example per question with an approved answer: `question`, `golden_answers`, `trace_ids`.
 
     An answer counts as approved when its asker rated it up; the same question asked again groups its approved
     answers (citation markers removed, duplicates once), in the order they were asked.
+
+    :param readable: which of the given document ids the dataset's reader may read now (`access.readable_ids`
+        with their scope). When given, an answer is kept only when every document it cites is readable; an answer
+        citing nothing is kept only when its run retrieved nothing either (its text may come from what it read).
+        None: every approved answer (the operator's full export).
     """
     query = (
-        select(AuditTrace.id, AuditTrace.question, AuditTrace.answer)
+        select(AuditTrace.id, AuditTrace.question, AuditTrace.answer, AuditTrace.citations)
         .join(AnswerFeedback, AnswerFeedback.trace_id == AuditTrace.id)
         .where(AnswerFeedback.tenant == tenant, AuditTrace.tenant == tenant, AnswerFeedback.rating == "up",
                AuditTrace.status == STATUS_COMPLETED)
         .order_by(AuditTrace.seq)
     )
+    rows = list(session.execute(query))
+    if readable is not None:
+        rows = _readable_rows(session, rows, readable)
     examples: dict[str, dict[str, Any]] = {}
-    for trace_id, question, answer in session.execute(query):
+    for trace_id, question, answer, _citations in rows:
         golden = _CITATION_MARK.sub("", answer or "").strip()
         if not golden:
             continue
@@ -132,6 +144,29 @@ def approved_examples(session: Session, tenant: str) -> Iterator[dict[str, Any]]
             example["golden_answers"].append(golden)
         example["trace_ids"].append(trace_id)
     yield from examples.values()
+
+
+def _readable_rows(session: Session, rows: list[Any], readable: Callable[[list[str]], set[str]],
+                   batch: int = 500) -> list[Any]:
+    cited = {row[0]: _cited_ids(row[3]) for row in rows}
+    uncited = [trace_id for trace_id, ids in cited.items() if not ids]
+    retrieved: set[str] = set()
+    for start in range(0, len(uncited), batch):
+        part = uncited[start:start + batch]
+        for trace_id, documents in session.execute(
+                select(AuditStep.trace_id, AuditStep.documents).where(AuditStep.trace_id.in_(part))):
+            if documents:
+                retrieved.add(trace_id)
+    wanted = sorted({doc_id for ids in cited.values() for doc_id in ids})
+    allowed: set[str] = set()
+    for start in range(0, len(wanted), batch):
+        allowed |= readable(wanted[start:start + batch])
+    return [row for row in rows
+            if (cited[row[0]] and cited[row[0]] <= allowed) or (not cited[row[0]] and row[0] not in retrieved)]
+
+
+def _cited_ids(citations: Any) -> set[str]:
+    return {c["document_id"] for c in citations or [] if isinstance(c, dict) and isinstance(c.get("document_id"), str)}
 
 
 def _iso(value: datetime) -> str:
@@ -147,6 +182,11 @@ def add_feedback_commands(subparsers: argparse._SubParsersAction) -> None:
     export = sub.add_parser("export", help="approved answers as an evaluation dataset (JSON Lines: question, "
                                            "golden_answers)")
     export.add_argument("--tenant", help="tenant whose feedback to export (default: DOCQA_TENANT)")
+    who = export.add_mutually_exclusive_group(required=True)
+    who.add_argument("--principal", help="user:<id> or group:<name>: only answers whose cited documents this "
+                                         "principal may read now (a user with their current groups)")
+    who.add_argument("--all", action="store_true", help="every approved answer of the tenant, whatever it cites "
+                                                        "(the dataset then holds what only some users may read)")
     export.add_argument("--out", default="-", help="output file (default: - for stdout)")
     export.set_defaults(handler=export_command)
 
@@ -156,10 +196,47 @@ def export_command(args: argparse.Namespace, settings: Any) -> int:
 
     tenant = args.tenant or settings.tenant
     with session_factory(settings)() as session:
-        lines = [json.dumps(example, ensure_ascii=False) + "\n" for example in approved_examples(session, tenant)]
+        if args.all:
+            readable = None
+            print(f"exporting EVERY approved answer of tenant {tenant}, whatever documents it cites: share the "
+                  "dataset only with people who may read all of them", file=sys.stderr)
+        else:
+            try:
+                scope = reader_scope(session, tenant, args.principal)
+            except FeedbackError as exc:
+                print(exc.message, file=sys.stderr)
+                return 2
+            readable = _store_reader(settings, scope)
+            print(f"exporting the approved answers whose cited documents {args.principal} may read now "
+                  f"(as {', '.join(sorted(scope.principals))})", file=sys.stderr)
+        examples = approved_examples(session, tenant, readable=readable)
+        lines = [json.dumps(example, ensure_ascii=False) + "\n" for example in examples]
     if args.out == "-":
         sys.stdout.writelines(lines)
     else:
         Path(args.out).write_text("".join(lines), encoding="utf-8")
     print(f"{len(lines)} questions with approved answers exported", file=sys.stderr)
     return 0
+
+
+def reader_scope(session: Session, tenant: str, principal: str) -> AccessScope:
+    """The access scope of `principal` now: a group alone, or an active user with their current groups."""
+    kind, _, name = principal.partition(":")
+    if kind == "group" and name:
+        return AccessScope(tenant=tenant, principals=frozenset({principal}))
+    if kind != "user" or not name:
+        raise FeedbackError(f"--principal must be user:<id> or group:<name>, not {principal!r}", "invalid")
+    from docqa.accounts.directory import get_user
+
+    user = get_user(session, tenant, name)
+    if user is None or not user.active:
+        raise FeedbackError(f"no active user {name!r} in tenant {tenant}", "not_found")
+    return AccessScope(tenant=tenant, principals=frozenset({principal, *(f"group:{g.name}" for g in user.groups)}))
+
+
+def _store_reader(settings: Any, scope: AccessScope) -> Callable[[list[str]], set[str]]:
+    from docqa.access import readable_ids
+    from docqa.stores.factory import build_document_store
+
+    store = build_document_store(settings)
+    return lambda ids: readable_ids(store, scope, ids)

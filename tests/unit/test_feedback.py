@@ -1,5 +1,5 @@
 """Feedback on answers through the API: the asker rates their own answer, auditors see it in the trace and the
-export (which still verifies), and approved answers export as an evaluation dataset."""
+export (whose lines still match their chain links), and approved answers export as an evaluation dataset."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from docqa.audit.export import verify_jsonl
+from docqa.audit.canonical import canonical_bytes
+from docqa.audit.chain import link_mac
 from docqa.audit.keys import hmac_key
+from docqa.audit.models import AuditTrace
 from docqa.cli import main
+from docqa.db import session_factory
 from docqa.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
 from tests.support.audit import schema_differences
@@ -68,7 +71,7 @@ def test_invalid_feedback_is_422_and_unknown_traces_404(server):
     assert _rate(client, keys["alice"], "no-such-trace", rating="up").status_code == 404
 
 
-def test_the_export_carries_feedback_and_still_verifies(server, tmp_path):
+def test_the_export_carries_feedback_and_its_lines_still_match_the_chain(server):
     client, keys, data_dir = server
     rated, unrated = _ask(client, keys["alice"]), _ask(client, keys["bob"])
     _rate(client, keys["alice"], rated, rating="up", comment="exactly")
@@ -76,9 +79,12 @@ def test_the_export_carries_feedback_and_still_verifies(server, tmp_path):
              client.get("/v1/traces/export", headers=auth(keys["audrey"])).text.splitlines()]
     by_id = {line["trace"]["id"]: line for line in lines}
     assert by_id[rated]["feedback"][0]["comment"] == "exactly" and "feedback" not in by_id[unrated]
-    exported = tmp_path / "export.jsonl"
-    exported.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert verify_jsonl(exported, hmac_key(Settings(data_dir=data_dir))).ok
+    settings = Settings(data_dir=data_dir)
+    with session_factory(settings)() as session:
+        for line in lines:
+            link = session.get(AuditTrace, line["trace"]["id"])
+            payload = canonical_bytes(line["trace"])
+            assert link_mac(hmac_key(settings), link.seq, link.prev_mac, payload) == line["proof"]["mac"] == link.mac
 
 
 def test_approved_answers_export_as_an_evaluation_dataset(server, tmp_path, monkeypatch, capsys):
@@ -92,7 +98,7 @@ def test_approved_answers_export_as_an_evaluation_dataset(server, tmp_path, monk
 
     monkeypatch.setenv("DOCQA_DATA_DIR", str(data_dir))
     out = tmp_path / "eval.jsonl"
-    assert main(["feedback", "export", "--tenant", "acme", "--out", str(out)]) == 0
+    assert main(["feedback", "export", "--tenant", "acme", "--all", "--out", str(out)]) == 0
     examples = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(e["question"], e["golden_answers"], len(e["trace_ids"])) for e in examples] == [
         ("What is the capital of France?", ["Paris."], 2)]
