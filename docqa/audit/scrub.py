@@ -25,7 +25,7 @@ MASK = "***"
 # strict enough to leave ordinary words and numbers alone: vendor prefixes, fixed lengths, and a digit required
 # where a word could otherwise match ("basic principles", "sk-learn-compatible").
 _TOKEN_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?i)\b(bearer|basic)(\s+)(?:(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{16,}"
+    (re.compile(r"(?i)\b(bearer|basic)(\s+)(?:(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{12,}"
                 r"|[A-Za-z0-9._~+/=-]{32,})"), rf"\1\2{MASK}"),
     (re.compile(r"\bsk-(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{16,}"), MASK),
     # docqa API keys, `dq_<16 hex key id>_<token_urlsafe secret>` (`docqa.accounts.keys`): a user who
