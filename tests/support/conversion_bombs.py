@@ -138,3 +138,11 @@ def deflate_repeated(chunk: bytes, times: int) -> bytes:
     for _ in range(times):
         checksum = zlib.adler32(chunk, checksum)
     return b"\x78\xda" + block * times + raw.flush() + struct.pack(">I", checksum)
+
+
+def slow_pdf(operator_bytes: int = 5 * 1024 * 1024) -> bytes:
+    """A 15 KB PDF whose content stream holds `operator_bytes` of text operators: pypdf's text extraction takes
+    minutes over 5 MB of them."""
+    operators = b"BT /F1 12 Tf 72 720 Td " + b"(slow words) Tj " * 4000 + b"ET "
+    stream = deflate_repeated(operators, max(operator_bytes // len(operators), 1))
+    return one_page_pdf(b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream")

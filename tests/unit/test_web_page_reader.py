@@ -3,8 +3,12 @@ and refused when they live on a non-public address."""
 
 from __future__ import annotations
 
+import io
 import json
+import multiprocessing
+import re
 import time
+import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -18,6 +22,7 @@ from docqa.components.searxng_web_search import SearxngWebSearch, _document
 from docqa.components.web_page_reader import WebPageReader, chunk_document_id
 from docqa.ingestion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.converters import convert_bytes
+from tests.support.conversion_bombs import slow_pdf, zip_bomb_docx
 from tests.support.loopback_http import LoopbackSite, Route, delayed, reply, trickle
 
 ANSWER = "The Zephyr footbridge was designed by the engineer Marta Lindqvist and opened in 1931."
@@ -177,6 +182,35 @@ class TestFailures:
             out = _reader(timeout_s=0.8).run(query="slow", documents=[_result(slow.url("/trickle"), "T", "Slow.")])
             assert time.monotonic() - started < 2.0
             assert out["errors"] == [f"web page {slow.url('/trickle')}: timed out after 0.8s"]
+
+
+class TestConversionBox:
+    DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
+    def test_a_zip_bomb_page_is_refused_before_it_is_inflated(self):
+        bomb = zip_bomb_docx()
+        with LoopbackSite({"/bomb.docx": reply(bomb, self.DOCX)}) as hostile:
+            url = hostile.url("/bomb.docx")
+            out = _reader(max_bytes=3_000_000).run(query="clause", documents=[_result(url, "Bomb", "A bomb.")])
+        assert out["errors"] == [f"web page {url}: decompressed size over 67108864 bytes (word/document.xml "
+                                 f"declares {_declared(bomb)} bytes)"]
+
+    def test_a_conversion_past_the_page_deadline_is_killed_not_left_running(self):
+        with LoopbackSite({"/slow.pdf": reply(slow_pdf(), "application/pdf")}) as slow:
+            url = slow.url("/slow.pdf")
+            reader = _reader(timeout_s=1.5)
+            reader.warm_up()
+            started = time.monotonic()
+            out = reader.run(query="slow", documents=[_result(url, "Slow", "A slow page.")])
+            elapsed = time.monotonic() - started
+        assert elapsed < 1.5 + 1.5
+        [error] = out["errors"]
+        assert re.fullmatch(rf"web page {re.escape(url)}: conversion took longer than [12](\.\d)? s", error), error
+        assert multiprocessing.active_children() == []
+
+
+def _declared(docx: bytes) -> int:
+    return zipfile.ZipFile(io.BytesIO(docx)).getinfo("word/document.xml").file_size
 
 
 class TestAddresses:
