@@ -112,6 +112,20 @@ class RunControl:
             self._on_stop(outcome)
         return True
 
+    def halt(self, outcome: str) -> None:
+        """Make the run stop at its next step boundary or LLM call, settling nothing and writing nothing.
+
+        For a signal handler: no lock, no I/O. `stop(outcome)` afterwards settles the outcome and writes it.
+        """
+        if outcome not in STOPPED_OUTCOMES:
+            raise ValueError(f"a run is stopped as one of {STOPPED_OUTCOMES}, not {outcome!r}")
+        if self._stop_requested is None:
+            self._stop_requested = outcome
+
+    def remaining_s(self) -> float | None:
+        """Seconds left before the deadline (negative once past); None without a deadline."""
+        return None if self.deadline is None else self.deadline - self._clock()
+
     def stop_reason(self) -> str | None:
         """The outcome the run must stop with now, or None while it may go on."""
         if self._stop_requested is not None:

@@ -136,9 +136,14 @@ async def answer_in_slot(
                 listening.enter_context(stream_answer_tokens(on_token))
             return run.run()
 
+    context.active_runs.add(control)
+    if context.stopping:
+        # The worker is shutting down: no run begins now, and the question is traced `cancelled`.
+        await asyncio.to_thread(control.stop, OUTCOME_CANCELLED)
+        context.active_runs.discard(control)
+        raise _stopped(OUTCOME_CANCELLED, settings.query_timeout_s)
     loop = asyncio.get_running_loop()
     future = loop.run_in_executor(context.executor, contextvars.copy_context().run, work)
-    context.active_runs.add(control)
     watcher = asyncio.ensure_future(_until(disconnected)) if disconnected is not None else None
     try:
         waiting = {future} if watcher is None else {future, watcher}

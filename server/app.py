@@ -40,6 +40,7 @@ from docqa.server.routes import (
     traces,
     ui,
 )
+from docqa.server.shutdown import cancel_runs_on_signals
 from docqa.server.url_guard import RejectNulMiddleware
 from docqa.settings import Settings
 from docqa.step_tracer import enable_step_tracing
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     # Invalid strategy files are logged (naming the file) and skipped; the server starts with the others.
     load_pipelines_dir(config)
     _record_answer_config(config)
+    _close_interrupted_runs(config)
     context = ServerContext(
         settings=config,
         runtime=runtime or Runtime(config),
@@ -72,7 +74,8 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
+        with cancel_runs_on_signals(context):
+            yield
         context.close()
 
     app = FastAPI(
@@ -107,6 +110,19 @@ def _record_answer_config(config: Settings) -> None:
         record_config_if_changed(config)
     except (OperationalError, ProgrammingError) as exc:  # no audit tables yet: `docqa db upgrade` creates them
         logger.error("configuration not recorded in the audit trail (run `docqa db upgrade`): %s", exc)
+
+
+def _close_interrupted_runs(config: Settings) -> None:
+    """Runs left `started` by a worker or server that died (SIGKILL, OOM kill, power loss) get their
+    `interrupted` trace now, at start; runs of live processes are left alone."""
+    from sqlalchemy.exc import OperationalError, ProgrammingError
+
+    from docqa.audit.recorder import close_interrupted_runs
+
+    try:
+        close_interrupted_runs(config)
+    except (OperationalError, ProgrammingError) as exc:  # no audit tables yet: `docqa db upgrade` creates them
+        logger.error("runs left started were not closed (run `docqa db upgrade`): %s", exc)
 
 
 def _json_error(status: int, code: str, message: str, headers: dict[str, str] | None = None,

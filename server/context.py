@@ -30,6 +30,8 @@ class ServerContext:
     executor: ThreadPoolExecutor = field(init=False)
     # Runs in progress, so that a stopping server cancels them and each still leaves its trace.
     active_runs: set[RunControl] = field(init=False, default_factory=set)
+    # Set when the worker is told to stop (`shutdown.stop_runs_now`): no new run begins.
+    stopping: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.pipelines = PipelineCache(self.runtime)

@@ -19,6 +19,8 @@ STATUS_FAILED = "failed"
 # What the caller got when the run did not finish for them: a 504, or they went away (or the server stopped).
 STATUS_TIMED_OUT = "timed_out"
 STATUS_CANCELLED = "cancelled"
+# Its process ended (SIGKILL, OOM kill, power loss) before the run settled: written at a later start.
+STATUS_INTERRUPTED = "interrupted"
 
 
 class AuditTrace(Base):
@@ -132,6 +134,34 @@ class AuditTenantCounter(Base):
     tenant: Mapped[str] = mapped_column(String(255), primary_key=True)
     kind: Mapped[str] = mapped_column(String(8), primary_key=True)
     last: Mapped[int] = mapped_column(BigInteger)
+
+
+class AuditRun(Base):
+    """A question whose run has started and is not traced yet: the row of a run `started`.
+
+    Not a chain link: the chain records each question's one outcome, a trace with the run's id, appended in
+    the transaction that deletes this row. So the table holds only the runs in flight (bounded by the
+    servers' concurrency), and a row left behind by a dead process is what `runs.close_interrupted_runs`
+    turns into an `interrupted` trace. The owner columns identify the process running it (see `runs.Owner`).
+    """
+
+    __tablename__ = "audit_runs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(255))
+    asked_by: Mapped[str] = mapped_column(String(255))
+    asked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    question: Mapped[str] = mapped_column(Text)
+    pipeline: Mapped[str] = mapped_column(String(128))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    models: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # When the run's own deadline passes (None: no deadline); only then may another machine close it.
+    deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    host: Mapped[str] = mapped_column(String(255))
+    boot_id: Mapped[str] = mapped_column(String(64))
+    pid_ns: Mapped[str] = mapped_column(String(64))
+    pid: Mapped[int] = mapped_column(Integer)
+    pid_start: Mapped[int] = mapped_column(BigInteger)
 
 
 AUDIT_TABLES = ("audit_traces", "audit_steps", "audit_anchors", "audit_events")

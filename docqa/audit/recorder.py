@@ -5,17 +5,22 @@ Usage:
     result = answer_with_audit(pipeline, "Who founded Acme?", scope, asked_by="alice", settings=settings)
     result.trace_id  # committed before the answer is returned
 
-A returned answer always has its committed trace; a run that raised leaves a trace with status `failed`, the
-error and the steps taken so far; a crash before commit leaves nothing, never a partial trace.
+A run is written `started` (an `AuditRun` row, see `runs.py`) before its pipeline runs; its one trace, with the
+run's id, replaces that row in one transaction. A returned answer always has its committed trace; a run that
+raised leaves a trace with status `failed`, the error and the steps taken so far; a run whose process died
+stays `started` until a later start closes it as `interrupted` (`close_interrupted_runs`), never a partial
+trace.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -26,7 +31,8 @@ from docqa.access import AccessScope
 from docqa.audit.canonical import canonical_bytes, trace_payload
 from docqa.audit.chain import IMMEDIATE_SESSION, chain_tail, link_mac, lock_chain
 from docqa.audit.keys import hmac_key
-from docqa.audit.models import STATUS_COMPLETED, STATUS_FAILED, AuditStep, AuditTrace
+from docqa.audit.models import STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED, AuditRun, AuditStep, AuditTrace
+from docqa.audit.runs import DEFAULT_GRACE_S, Owner, RunAlreadySettled, open_runs, owner_gone, settle_run
 from docqa.audit.scrub import clean, clean_text, secret_values
 from docqa.audit.tenant_numbering import TRACE, next_tenant_seq
 from docqa.db import make_engine
@@ -114,6 +120,7 @@ def record_answer(
     asked_at: datetime | None = None,
     session: Session | None = None,
     status: str | None = None,
+    run_id: str | None = None,
 ) -> str:
     """Append one trace to the chain and return its id.
 
@@ -123,7 +130,9 @@ def record_answer(
     :param status: what the caller got when that is not simply completed/failed (`timed_out`, `cancelled`).
     :param session: append inside the caller's transaction (from `audit_session`); the caller commits.
         Without it the trace is committed before this returns.
+    :param run_id: the run's id (from `open_run`): the trace takes it and replaces the run's `started` row.
     :returns: the trace id.
+    :raises RunAlreadySettled: the run already has its trace (nothing is written).
     """
     if result is None and error is None:
         raise ValueError("a trace without a pipeline result must say what went wrong (error)")
@@ -133,14 +142,86 @@ def record_answer(
         settings, result, asked_by=asked_by, tenant=tenant, question=question, pipeline=pipeline,
         models=models, config=config, error=error, steps=steps, asked_at=asked_at, status=status,
     )
+    if run_id is not None:
+        trace.id = run_id
     key = hmac_key(settings)
     if session is not None:
-        append_trace(session, trace, key)
+        _settle_and_append(session, trace, key, run_id)
     else:
         with audit_session(settings) as own:
-            append_trace(own, trace, key)
+            _settle_and_append(own, trace, key, run_id)
     logger.info("audit trace %s seq=%s status=%s pipeline=%s", trace.id, trace.seq, trace.status, pipeline)
     return trace.id
+
+
+def _settle_and_append(session: Session, trace: AuditTrace, key: bytes, run_id: str | None) -> None:
+    # The run's row is taken before the chain lock, by every writer, so two writers always lock in one order.
+    if run_id is not None:
+        settle_run(session, run_id)
+    append_trace(session, trace, key)
+
+
+def open_run(
+    settings: Settings, *, run_id: str, asked_by: str, tenant: str, question: str, pipeline: str,
+    config: dict[str, Any], models: dict[str, Any], asked_at: datetime, timeout_s: float | None = None,
+) -> None:
+    """Commit the run's `started` row (scrubbed like its trace will be) before any of its work begins."""
+    secrets = secret_values(settings)
+    deadline = None if timeout_s is None else datetime.now(UTC) + timedelta(seconds=max(0.0, timeout_s))
+    row = AuditRun(
+        id=run_id, tenant=clean_text(tenant, secrets), asked_by=clean_text(asked_by, secrets),
+        asked_at=asked_at.astimezone(UTC), question=clean_text(question, secrets), pipeline=pipeline,
+        config=clean(dict(config), secrets), models=clean(dict(models), secrets), deadline_at=deadline,
+        **Owner.current().columns(),
+    )
+    with Session(audit_engine(settings), expire_on_commit=False) as session, session.begin():
+        session.add(row)
+
+
+def close_interrupted_runs(settings: Settings, *, grace_s: float = DEFAULT_GRACE_S) -> list[str]:
+    """Trace as `interrupted` every run left `started` by a process that is gone; returns their trace ids.
+
+    Safe from any number of processes at once (each run is settled once, see `runs.settle_run`); runs of live
+    processes, here or on other servers sharing the database, are left alone (`runs.owner_gone`).
+    """
+    here = Owner.current()
+    with Session(audit_engine(settings)) as session:
+        stale = [run for run in open_runs(session) if owner_gone(run, here, datetime.now(UTC), grace_s)]
+    closed = []
+    for run in stale:
+        owner = Owner.of(run)
+        try:
+            closed.append(record_answer(
+                settings, None, asked_by=run.asked_by, tenant=run.tenant, question=run.question,
+                pipeline=run.pipeline, models=run.models, config=run.config, asked_at=run.asked_at,
+                status=STATUS_INTERRUPTED, run_id=run.id,
+                error=f"the run was interrupted: {owner.describe()} ended before it finished",
+            ))
+        except RunAlreadySettled:
+            continue  # its owner, or another process closing leftovers, traced it meanwhile
+    if closed:
+        logger.warning("closed %d run(s) left started by ended processes as interrupted", len(closed))
+    return closed
+
+
+_SWEEP_EVERY_S = 60.0
+_last_sweep: dict[str, float] = {}
+_sweep_lock = threading.Lock()
+
+
+def close_interrupted_runs_now_and_then(settings: Settings) -> None:
+    """`close_interrupted_runs` at most once a minute per process and database: called as runs start, so the
+    CLI and workers close leftovers too, and runs of another machine are closed soon after their deadline."""
+    url = settings.resolved_database_url()
+    now = time.monotonic()
+    with _sweep_lock:
+        if now - _last_sweep.get(url, -_SWEEP_EVERY_S) < _SWEEP_EVERY_S:
+            return
+        _last_sweep[url] = now
+    try:
+        close_interrupted_runs(settings)
+    except Exception:  # the question must not fail because leftovers could not be closed now
+        logger.exception("could not close interrupted runs")
 
 
 def append_trace(session: Session, trace: AuditTrace, key: bytes) -> None:
@@ -242,9 +323,10 @@ def _documents(outputs: dict[str, Any]) -> list[dict[str, Any]]:
 class AuditedRun:
     """One question's run and its single trace, written by whoever settles the outcome first.
 
-    `run()` (in a worker thread) writes `completed` or `failed`; `control.stop(...)` (from the request side, at a
-    timeout or a disconnect) writes `timed_out`/`cancelled` at once with the steps taken so far, and the run
-    stops at its next step boundary without writing anything more.
+    `run()` (in a worker thread) first commits the run's `started` row, then writes `completed` or `failed`;
+    `control.stop(...)` (from the request side, at a timeout, a disconnect or a server shutdown) writes
+    `timed_out`/`cancelled` at once with the steps taken so far, and the run stops at its next step boundary
+    without writing anything more. The trace id is `run_id` in every case.
     """
 
     def __init__(
@@ -269,6 +351,9 @@ class AuditedRun:
         self.control = control or RunControl.from_settings(settings)
         self.control.on_stop(self._record_stopped)
         self._recorders: list[StepRecorder] = []
+        self.run_id = str(uuid.uuid4())
+        # A stop and the start of the run never interleave: a run stopped first never writes its `started` row.
+        self._starting = threading.Lock()
         self._common: dict[str, Any] = {
             "asked_by": asked_by, "tenant": scope.tenant, "pipeline": pipeline.name,
             "models": models if models is not None else models_from_settings(settings),
@@ -277,6 +362,12 @@ class AuditedRun:
 
     def run(self) -> PipelineResult:
         """Run the pipeline; returns the result with its committed trace id, or raises (trace written)."""
+        close_interrupted_runs_now_and_then(self.settings)
+        with self._starting:
+            if self.control.outcome is not None:  # stopped before it began; the stop wrote the trace
+                raise RunStopped(self.control.outcome)
+            open_run(self.settings, run_id=self.run_id, question=self.question, config=self.pipeline.config(),
+                     timeout_s=self.control.remaining_s(), **self._common)
         with capture_recorders() as recorders, self.control.active():
             self._recorders = recorders
             try:
@@ -290,21 +381,25 @@ class AuditedRun:
                 if self.control.decide(OUTCOME_FAILED):
                     record_answer(
                         self.settings, None, question=self.question, config=self.pipeline.config(),
-                        error=f"{type(exc).__name__}: {exc}", steps=_steps_of_failed_run(recorders), **self._common,
+                        error=f"{type(exc).__name__}: {exc}", steps=_steps_of_failed_run(recorders),
+                        run_id=self.run_id, **self._common,
                     )
                 raise
         if not self.control.decide(OUTCOME_COMPLETED):
             # Timed out or cancelled while finishing: the caller never got this answer, and the trace says so.
             raise RunStopped(self.control.outcome or OUTCOME_CANCELLED)
-        result.trace_id = record_answer(self.settings, result, question=result.question, **self._common)
+        result.trace_id = record_answer(self.settings, result, question=result.question, run_id=self.run_id,
+                                        **self._common)
         return result
 
     def _record_stopped(self, outcome: str) -> None:
-        steps = self._recorders[0].snapshot(f"not finished: the run {_described(outcome)}") if self._recorders else []
-        record_answer(
-            self.settings, None, question=self.question, config=self.pipeline.config(), status=outcome,
-            error=f"the run {_described(outcome)}", steps=steps, **self._common,
-        )
+        with self._starting:
+            steps = (self._recorders[0].snapshot(f"not finished: the run {_described(outcome)}")
+                     if self._recorders else [])
+            record_answer(
+                self.settings, None, question=self.question, config=self.pipeline.config(), status=outcome,
+                error=f"the run {_described(outcome)}", steps=steps, run_id=self.run_id, **self._common,
+            )
 
 
 def record_stopped_before_start(

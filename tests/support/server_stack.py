@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from docqa.runtime import Runtime
@@ -66,6 +66,8 @@ class Stack:
     keys: dict[str, str]
     settings: ServerSettings
     database: str
+    # The server's environment: `gunicorn_server(stack.env, free_port())` starts another on the same data.
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def base_url(self) -> str:
@@ -112,4 +114,4 @@ def server_stack(workdir: Path, *, workers: int = 2, llm_mode: str = "echo", llm
         keys = seed_accounts(settings, ACCOUNTS)
         ingest_corpus(settings)
         server = stack.enter_context(gunicorn_server(env, free_port(), log_path=workdir / "gunicorn.log"))
-        yield Stack(server=server, keys=keys, settings=settings, database=database or "sqlite")
+        yield Stack(server=server, keys=keys, settings=settings, database=database or "sqlite", env=env)
