@@ -179,6 +179,22 @@ class TestOpenAIClient:
         pieces = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
         assert "".join(pieces).startswith("Scripted answer.")
 
+    def test_streamed_deltas_join_to_the_unstreamed_message_and_no_echo_streams(self, stack, client):
+        from openai import OpenAI
+
+        # The scripted model writes "Scripted answer." and then its whole prompt (instructions, passages, question).
+        openai = OpenAI(base_url=f"{stack.base_url}/v1", api_key=stack.keys["alice"], max_retries=0)
+        messages = [{"role": "user", "content": QUESTION}]
+        chunks = list(openai.chat.completions.create(model="standard", messages=messages, stream=True))
+        final = openai.chat.completions.create(model="standard", messages=messages).choices[0].message.content
+        streamed = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+        assert final and streamed == final and QUESTION not in streamed
+        events = client.post("/v1/query", headers=stack.auth("alice"),
+                             json={"question": QUESTION, "pipeline": "standard", "stream": True}).text
+        tokens = [json.loads(line[6:])["text"] for block in events.split("\n\n") if block.startswith("event: token")
+                  for line in block.splitlines() if line.startswith("data: ")]
+        assert "".join(tokens) == "Scripted answer."
+
     def test_official_client_sees_errors_with_codes(self, stack):
         import openai
 
