@@ -77,9 +77,22 @@ def authenticate(
         refused = "invalid or revoked API key"
     if caller is None:
         _record_failed_signin(request, context, credential)
+        _throttle_failure(request, context, credential)
         raise ApiError(401, "unauthorized", refused, headers={"WWW-Authenticate": "Bearer"})
     context.rate_limiter.check(caller.key_id)
     return caller
+
+
+def _throttle_failure(request: Request, context: ServerContext, credential: str) -> None:
+    """Count a failed credential against its address and key id; 429 once either is past its threshold."""
+    if context.signin_throttle is None:
+        return
+    parsed = parse_key(credential)
+    address = request.client.host if request.client else "unknown"
+    wait = context.signin_throttle.failed(address=address, key_id=parsed[0] if parsed else None)
+    if wait is not None:
+        raise ApiError(429, "rate_limited", "too many failed sign-ins from this address or for this key; "
+                       "retry later", headers={"Retry-After": str(wait)})
 
 
 def _record_failed_signin(request: Request, context: ServerContext, credential: str) -> None:

@@ -33,6 +33,13 @@ class ServerSettings(Settings):
     rate_limit_burst: int = Field(default=60, ge=1)
     rate_limit_redis_url: str | None = None
 
+    # Failed sign-ins (bad keys or tokens) allowed per window before further failures get 429 with Retry-After:
+    # per client address and per key id (0 turns one off), counted in Redis with the rate limit when it is set.
+    # A credential that verifies is never refused by these counts (server/signin_throttle.py says why).
+    signin_max_failures_per_address: int = Field(default=30, ge=0)
+    signin_max_failures_per_key: int = Field(default=10, ge=0)
+    signin_failure_window_s: int = Field(default=300, ge=1, le=86_400)
+
     # OIDC / JWT bearer tokens, accepted beside API keys when an issuer is set. The token's user claim names a
     # docqa user id of the tenant in its tenant claim, else of `tenant`; role and groups come from the directory.
     oidc_issuer: str | None = None

@@ -14,6 +14,7 @@ from docqa.runtime import Runtime
 from docqa.server.config import ServerSettings
 from docqa.server.limits import QuerySlots, RateLimiter, RedisRateLimiter
 from docqa.server.pipeline_cache import PipelineCache
+from docqa.server.signin_throttle import SigninThrottle, build_signin_throttle
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ class ServerContext:
     rate_limiter: RateLimiter | RedisRateLimiter
     slots: QuerySlots
     token_verifier: TokenVerifier | None = None
+    signin_throttle: SigninThrottle | None = None
     pipelines: PipelineCache = field(init=False)
     executor: ThreadPoolExecutor = field(init=False)
     # Runs in progress, so that a stopping server cancels them and each still leaves its trace.
@@ -34,6 +36,8 @@ class ServerContext:
     stopping: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
+        if self.signin_throttle is None:
+            self.signin_throttle = build_signin_throttle(self.settings)
         self.pipelines = PipelineCache(self.runtime)
         # Threads beyond the slot count absorb runs abandoned by a query timeout.
         self.executor = ThreadPoolExecutor(
@@ -49,3 +53,5 @@ class ServerContext:
         self.executor.shutdown(wait=False, cancel_futures=True)
         if isinstance(self.rate_limiter, RedisRateLimiter):
             self.rate_limiter.close()
+        if self.signin_throttle is not None:
+            self.signin_throttle.close()
