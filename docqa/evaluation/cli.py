@@ -196,7 +196,11 @@ def cmd_rescore(args: argparse.Namespace, settings: Settings) -> int:
             from docqa.evaluation.corpus import read_corpus
 
             questions = with_story_support(questions, read_corpus(args.corpus, tenant=settings.tenant))
-    cited = cited_ids_from_traces(settings, trace_ids_of(args.run)) if args.traces else None
+    cited = None
+    if args.traces:
+        wanted = trace_ids_of(args.run)
+        cited = cited_ids_from_traces(settings, wanted)
+        print(f"cited passages of {len(cited)} of {len(wanted)} answers read from their audit traces", file=sys.stderr)
     records = rescore_run(args.run, questions, cited)
     rows = write_reports(args.run, records)
     print(markdown_table(rows))

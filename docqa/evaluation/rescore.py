@@ -60,19 +60,24 @@ def trace_ids_of(run_dir: Path) -> list[str]:
 def cited_ids_from_traces(settings: Any, trace_ids: Sequence[str]) -> dict[str, list[str]]:
     """The cited document ids of each answered trace, in citation order, read from the audit database."""
     from sqlalchemy import select
+    from sqlalchemy.exc import SQLAlchemyError
 
     from docqa.audit.models import AuditTrace
     from docqa.db import session_factory
 
     found: dict[str, list[str]] = {}
     wanted = list(dict.fromkeys(trace_ids))
-    with session_factory(settings)() as session:
-        for start in range(0, len(wanted), TRACE_BATCH):
-            batch = wanted[start : start + TRACE_BATCH]
-            for trace_id, citations in session.execute(
-                    select(AuditTrace.id, AuditTrace.citations).where(AuditTrace.id.in_(batch))):
-                ids = [c.get("document_id") for c in citations or [] if isinstance(c, dict)]
-                found[trace_id] = list(dict.fromkeys(str(i) for i in ids if i))
+    try:
+        with session_factory(settings)() as session:
+            for start in range(0, len(wanted), TRACE_BATCH):
+                batch = wanted[start : start + TRACE_BATCH]
+                for trace_id, citations in session.execute(
+                        select(AuditTrace.id, AuditTrace.citations).where(AuditTrace.id.in_(batch))):
+                    ids = [c.get("document_id") for c in citations or [] if isinstance(c, dict)]
+                    found[trace_id] = list(dict.fromkeys(str(i) for i in ids if i))
+    except SQLAlchemyError as exc:
+        raise DocqaError("cannot read the audit traces from the configured database (DOCQA_DATABASE_URL, else "
+                         f"DOCQA_DATA_DIR): {type(exc).__name__}") from exc
     return found
 
 
