@@ -28,6 +28,7 @@ from docqa.pipelines.mspr import MSPRPipeline
 from docqa.pipelines.registry import build_pipeline
 from docqa.pipelines.yaml_strategies import ALLOWED_MODULES, export_strategy, load_strategy
 from docqa.result import PipelineResult
+from docqa.run_control import RunControl
 from docqa.runtime import Runtime
 from docqa.settings import Settings
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
@@ -333,6 +334,19 @@ class TestBounds:
         assert [s.outputs["decision"]["malformed"] for s in _steps(result, "agent")] == [True] * 4
         fallback = [s.outputs["route"] for s in result.steps if s.outputs.get("route", {}).get("next") == "retrieval"]
         assert fallback[0]["why"].startswith("malformed first step") and fallback[0]["query"] == result.question
+
+    def test_an_llm_budget_spent_mid_run_answers_with_the_passages_found(self, settings):
+        llm = ScriptedChatGenerator(
+            rules=[(AGENT, [step("search_primary", "hotel costs"), step("answer", "180 euros")]), (PREFER, "Yes")],
+            default="Short summary.",
+        )
+        with RunControl(max_llm_calls=2, max_completion_tokens=256, max_prompt_chars=100_000).active():
+            result = _run(settings, llm)
+        assert len(llm.calls) == 2 and _retrievals(result) == [(MAIN, "hotel costs")]
+        assert result.stop_reason == "llm_budget"
+        assert result.answer_source == "extracted" and "180 euros per night" in result.answer
+        assert [c.document_id for c in result.citations] == ["hotel"]
+        assert [s.name for s in result.steps[-2:]] == ["llm_budget", "answer_fallback"]
 
     def test_a_search_whose_query_echoes_the_prompt_searches_the_question(self, settings):
         # What the packaged 270M model writes: valid JSON whose query is an action name or a prompt phrase.
@@ -766,6 +780,22 @@ class TestYaml:
         assert loaded.pipeline.get_component("controller").max_steps == 4
         retriever = loaded.pipeline.get_component("retriever").retriever
         assert retriever.bm25_retriever.document_store is runtime.document_store
+
+    def test_a_yaml_strategy_out_of_llm_budget_answers_with_what_it_found(self, settings, monkeypatch):
+        from docqa.pipelines import yaml_strategies
+
+        monkeypatch.setattr(yaml_strategies, "_ALLOWED_PREFIXES", (*yaml_strategies._ALLOWED_PREFIXES, "tests."))
+        monkeypatch.setattr(yaml_strategies, "ALLOWED_MODULES", [*ALLOWED_MODULES, "tests.*"])
+        llm = ScriptedChatGenerator(rules=[(AGENT, step("search_primary", "hotel costs")), (PREFER, "Yes")],
+                                    default="Short summary.")
+        runtime = _runtime(settings, llm)
+        loaded = load_strategy(export_strategy("mspr", runtime), name="my_agent", source="my_agent.yaml",
+                               runtime=runtime)
+        with RunControl(max_llm_calls=3, max_completion_tokens=256, max_prompt_chars=100_000).active():
+            result = loaded.run("What is the hotel limit?", ALICE)
+        assert len(llm.calls) == 3
+        assert (result.pipeline, result.stop_reason, result.answer_source) == ("my_agent", "llm_budget", "extracted")
+        assert result.citations and result.citations[0].document_id == "hotel"
 
     def test_mspr_round_trips_through_yaml_and_runs_the_same(self, settings, monkeypatch):
         from docqa.pipelines import yaml_strategies

@@ -302,13 +302,29 @@ class TestRunBounds:
             doc("ov", "Omar Vance was born in Lisbon in 1950.", "Omar Vance"),
         ])
 
-    def test_the_llm_budget_stops_the_graph_with_its_own_error(self) -> None:
+    def test_the_llm_budget_stops_the_graph_and_the_run_answers_with_what_it_retrieved(self) -> None:
         llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, "Where was Omar Vance born?")], default="x [DONE]")
         run = RunControl(max_llm_calls=2, max_completion_tokens=2048, max_prompt_chars=100_000)
-        with run.active(), pytest.raises(LLMBudgetExceededError):
-            build(llm, self.retriever).run(self.QUESTION, SCOPE)
+        with run.active():
+            result = build(llm, self.retriever).run(self.QUESTION, SCOPE)
         assert len(llm.calls) == 2  # summary and judgement; the plan was refused before reaching the model
         assert len(self.retriever.calls) == 1
+        assert result.stop_reason == "llm_budget"
+        assert result.answer_source == "extracted"
+        assert result.answer == "is a film by the director Omar Vance. [1]"  # the title prefix is left out
+        assert [c.document_id for c in result.citations] == ["gh"]
+        assert "LLM call budget ran out" in (result.answer_note or "")
+        planner = next(s for s in result.steps if s.error)
+        assert planner.error.startswith("LLMBudgetExceededError") and planner.llm.calls == 0
+        assert [s.name for s in result.steps[-2:]] == ["llm_budget", "answer_fallback"]
+        assert "more than 2 LLM calls" in result.steps[-2].outputs["reason"]
+
+    def test_a_budget_that_refuses_the_first_call_is_an_error(self) -> None:
+        llm = ScriptedChatGenerator(default="x [DONE]")
+        run = RunControl(max_llm_calls=2, max_completion_tokens=2048, max_prompt_chars=10)
+        with run.active(), pytest.raises(LLMBudgetExceededError, match="exceeds the server limit of 10"):
+            build(llm, self.retriever).run(self.QUESTION, SCOPE)
+        assert llm.calls == []
 
     def test_a_stopped_run_starts_no_further_step(self) -> None:
         run = RunControl(max_llm_calls=64, max_completion_tokens=2048, max_prompt_chars=100_000)

@@ -32,6 +32,7 @@ from docqa.result import PipelineResult, Totals
 from docqa.run_control import LLMBudgetExceededError, RunControl, RunStopped
 from docqa.schema import upgrade_database
 from docqa.settings import Settings
+from tests.support.resp_fakes import JUDGE, PLAN, KeywordRetriever, build, doc
 from tests.support.scripted_chat import ScriptedChatGenerator
 
 SCOPE = AccessScope(tenant="acme", principals=frozenset({"user:alice"}))
@@ -226,6 +227,7 @@ class TestOneTracePerQuestion:
         assert (trace.id, trace.status, trace.answer) == (result.trace_id, "completed", "an answer")
 
     def test_a_run_over_budget_fails_with_its_steps(self, settings):
+        # Outside the HaystackStrategy contract (a bare QAPipeline), the budget error is the run's outcome.
         pipeline = BlockingPipeline(ScriptedChatGenerator(default="an answer"))
         pipeline.release.set()
         with pytest.raises(LLMBudgetExceededError):
@@ -233,3 +235,15 @@ class TestOneTracePerQuestion:
         [trace] = traces(settings)
         assert trace.status == "failed" and "LLM calls" in trace.error
         assert [s.name for s in trace.steps] == ["first", "second", "third"]
+
+    def test_a_strategy_out_of_budget_after_calls_is_completed_with_an_llm_budget_trace(self, settings):
+        retriever = KeywordRetriever([doc("gh", "Glass Harbor is a film by the director Omar Vance.", "Glass Harbor")])
+        llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, "Where was Omar Vance born?")], default="x")
+        result = answer_with_audit(build(llm, retriever), "Where was the director of Glass Harbor born?", SCOPE,
+                                   "alice", settings, control=control(max_llm_calls=2))
+        assert len(llm.calls) == 2 and result.stop_reason == "llm_budget" and result.answer_source == "extracted"
+        [trace] = traces(settings)
+        assert (trace.id, trace.status, trace.stop_reason) == (result.trace_id, "completed", "llm_budget")
+        assert trace.answer == result.answer and trace.totals["llm_calls"] == 2
+        budget_step = next(s for s in trace.steps if s.name == "llm_budget")
+        assert "more than 2 LLM calls" in budget_step.outputs["reason"]
