@@ -62,7 +62,8 @@ def add_eval_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("old", type=Path, help="the baseline run's --out directory")
     c.add_argument("new", type=Path, help="the candidate run's --out directory")
     c.add_argument("--metric", default="f1",
-                   help="score that gates (em, f1, rouge_l, support_recall, ..., judge_correctness, ...)")
+                   help="score that gates (em, f1, acc, rouge_l, support_recall, citation_precision, ..., "
+                        "judge_correctness, ...)")
     c.add_argument("--threshold", type=float, default=0.02,
                    help="largest tolerated drop of the metric's mean, on its scale (0-1; judge scores 0-10)")
     c.add_argument("--output", type=Path, help="CSV of the deltas (default: NEW/compare.csv)")

@@ -155,3 +155,27 @@ def test_cited_ids_come_from_the_answers_audit_traces(tmp_path):
     upgrade_database(settings)
     trace_id = record(settings, tree_result())
     assert cited_ids_from_traces(settings, [trace_id, "no-such-trace"]) == {trace_id: ["doc-a"]}
+
+
+def test_docqa_eval_rescore_reads_the_cited_passages_from_the_traces(tmp_path, monkeypatch, capsys):
+    from docqa.cli import main
+
+    settings = Settings(data_dir=tmp_path / "data", database_url=None)
+    upgrade_database(settings)
+    trace_id = record(settings, tree_result())  # cites doc-a
+    run = tmp_path / "run"
+    run.mkdir()
+    old = EvalRecord("standard", "q1", "Who founded Acme?", ["Jane Roe"], prediction="Jane Roe in 1901 [1].",
+                     trace_id=trace_id)
+    (run / RESULTS_FILE).write_text(_old_line(old) + "\n")
+    dataset = tmp_path / "questions.jsonl"
+    dataset.write_text(json.dumps({"id": "q1", "question": "Who founded Acme?", "golden_answers": ["Jane Roe"],
+                                   "supporting": ["doc-a", "doc-b"]}) + "\n")
+    monkeypatch.setenv("DOCQA_DATA_DIR", str(settings.data_dir))
+    monkeypatch.delenv("DOCQA_DATABASE_URL", raising=False)
+    assert main(["eval", "rescore", str(run), "--dataset", str(dataset), "--traces"]) == 0
+    with (run / "summary.csv").open() as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert (row["acc"], row["citation_precision"], row["acc_model"]) == ("1.0000", "1.0000", "1.0000")
+    assert "cited passages of 1 of 1 answers" in capsys.readouterr().err
+    assert "citation_precision" in (run / "report.md").read_text()
