@@ -20,6 +20,7 @@ Usage:
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import multiprocessing
@@ -30,7 +31,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection
+from multiprocessing.context import set_spawning_popen
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from docqa.errors import DocqaError, FileTooLargeError, UnreadableFileError
@@ -171,6 +175,38 @@ _CONTEXT = multiprocessing.get_context("forkserver")
 _PRELOAD: set[str] = set()
 
 
+class _BoxPopen(popen_forkserver.Popen):
+    """The forkserver launch without the caller's main module: a forkserver child re-imports the caller's main
+    script before it runs anything (about a second for the `docqa` console script or a benchmark), and a
+    converter never needs it. The rest is `popen_forkserver.Popen._launch` as it is."""
+
+    def _launch(self, process_obj: Any) -> None:
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        prep_data.pop("init_main_from_path", None)
+        prep_data.pop("init_main_from_name", None)
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
+        parent_w = os.dup(w)
+        self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _BoxProcess(BaseProcess):
+    _start_method = "forkserver"
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> _BoxPopen:
+        return _BoxPopen(process_obj)
+
+
 def preload_in_box(*modules: str) -> None:
     """Modules the box's server imports once, before its first child, so that no child pays for importing them
     (the parsers take about a second each to import). Takes effect when the server starts."""
@@ -204,8 +240,8 @@ def run_in_box(func: Callable[..., Any], *args: Any, limits: ConversionLimits, n
     :raises UnreadableFileError: it ran longer than its time limit (it is killed then), or stopped abnormally.
     """
     receiver, sender = _CONTEXT.Pipe(duplex=False)
-    process = _CONTEXT.Process(target=_child_main, args=(sender, func, args, limits), daemon=True,
-                               name=f"docqa-convert {name[:40]}")
+    process = _BoxProcess(target=_child_main, args=(sender, func, args, limits), daemon=True,
+                          name=f"docqa-convert {name[:40]}")
     started = time.monotonic()
     process.start()
     sender.close()
