@@ -96,3 +96,18 @@ def test_bad_tokens_and_malformed_credentials_count_too(tmp_path):
     with TestClient(app) as client:
         credentials = ["eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln", "garbage", "dq_short_x", "eyJ.eyJ.x"]
         assert [client.get("/v1/me", headers=auth(c)).status_code for c in credentials] == [401, 401, 401, 429]
+
+
+def test_an_unreachable_redis_falls_back_to_counting_in_the_worker(caplog):
+    import logging
+
+    from docqa.server.signin_throttle import RedisFailureCounter
+
+    # Nothing listens on port 1; the password must not reach the log.
+    counter = RedisFailureCounter("redis://:hunter2-signin@127.0.0.1:1/0", window_s=60, timeout_s=0.2)
+    limiter = SigninThrottle(ThrottleLimits(per_address=2, per_key=0, window_s=60), counter)
+    with caplog.at_level(logging.WARNING, logger="docqa.server.signin_throttle"):
+        waits = [limiter.failed(address="10.0.0.9", key_id=None) for _ in range(3)]
+    assert waits[:2] == [None, None] and waits[2] is not None
+    assert len([r for r in caplog.records if "sign-in throttle unavailable" in r.getMessage()]) == 1
+    assert "hunter2" not in caplog.text
