@@ -81,6 +81,8 @@ COMMON_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 QUERY_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     **COMMON_ERROR_RESPONSES,
+    502: _documented("A YAML strategy's component failed (`strategy_failed`, naming the strategy; the run has a "
+                     "`failed` trace)"),
     503: _documented("Overloaded or LLM unavailable; see Retry-After"),
     504: _documented("The query took longer than the server's query timeout"),
 }

@@ -66,6 +66,9 @@ class _Handler(BaseHTTPRequestHandler):
         route = type(self).routes.get(self.path.split("?")[0]) or type(self).routes.get("*")
         (route or reply(b"not found", "text/plain", status=404))(self)
 
+    # POSTs (an LLM client's completions) are recorded and routed like GETs; their bodies are not read.
+    do_POST = do_GET
+
     def log_message(self, *args: Any) -> None:
         pass
 
