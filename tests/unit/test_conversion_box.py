@@ -7,8 +7,11 @@ import io
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -122,6 +125,23 @@ class TestBox:
     def test_a_child_killed_by_a_signal(self):
         with pytest.raises(UnreadableFileError, match=r"^d\.pdf: conversion stopped by signal 9"):
             run_in_box(_die, limits=ConversionLimits(), name="d.pdf")
+
+
+    def test_a_child_does_not_import_the_callers_main_script(self, tmp_path):
+        # Each import of this script adds a line; a forkserver child would otherwise import it before its work.
+        marks = tmp_path / "imports.txt"
+        script = tmp_path / "caller.py"
+        script.write_text(
+            "import pathlib\n"
+            f"pathlib.Path({str(marks)!r}).open('a').write('imported\\n')\n"
+            "if __name__ == '__main__':\n"
+            "    from docqa.ingestion.conversion_box import ConversionLimits, run_in_box\n"
+            "    print(run_in_box(abs, -7, limits=ConversionLimits(), name='n'))\n"
+        )
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                              cwd=Path(__file__).resolve().parents[2])
+        assert done.stdout.strip() == "7", done.stderr
+        assert marks.read_text() == "imported\n"
 
 
 class TestConversionInTheBox:
