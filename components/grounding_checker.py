@@ -36,6 +36,8 @@ _ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|mr|mrs|ms|dr|prof|st|no|ar
 _LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)])\s+")
 _LIST_NUMBER = re.compile(r"^\s*\d{1,2}\.$")
 _WORD = re.compile(r"[a-z0-9]{4,}")
+_STATED_META = ("title", "source", "name", "display", "code", "value", "unit", "reference_range", "flag",
+                "effective_start_utc")
 # Questions and answers are bounded upstream; this bounds the work of a pathological reply.
 MAX_SENTENCES = 200
 
@@ -112,7 +114,8 @@ class GroundingChecker:
         :param finish_reason: The model's finish reason when known ("length" means cut by the token limit).
         :param principals: Who asked; named in the answer when there is no passage.
         :param answer_source: How the upstream answer was made; anything but "model" passes through unchecked.
-        :param fallback_answer: A ready answer to show instead of the extracted one (a record table's description).
+        :param fallback_answer: A ready answer to show instead of the extracted one (a record table's description);
+            with it, the shown text keeps no markers, since the result cites the table's records.
         :returns: `answer`, `cited_documents`, `answer_source` ("model", "extracted", "none", "record_table"),
             `answer_note` (None when the model's text is shown whole), `reason` (why text was dropped or replaced)
             and `verdicts` (one per sentence: kept or dropped and why).
@@ -138,6 +141,9 @@ class GroundingChecker:
         if not kept or not first.kept:
             return self._fallback(question, passages, first.reason or REASON_TRUNCATED, verdicts, fallback_answer)
         text, cited = _shown(kept, passages)
+        if fallback_answer is not None:
+            # A record answer cites the table's records (in table order), not the prompt's numbered passages.
+            text, cited = _MARKERS.sub("", text).strip(), []
         dropped = [s.reason for s in sentences if not s.kept]
         removed = any(s.unknown for s in sentences)
         reason = dropped[0] if dropped else (REASON_UNKNOWN_CITATION if removed else None)
@@ -255,8 +261,11 @@ def _mark_truncated(sentences: list[_Sentence], finish_reason: str | None) -> No
 
 
 def _searchable(doc: Document) -> str:
+    """A passage as the facts it states: its text, its title and source, and a record's own fields (its value and
+    date live in metadata; the table summary a model is shown states them)."""
     meta = doc.meta or {}
-    return " ".join(str(part) for part in (meta.get("title"), meta.get("source"), doc.content) if part)
+    stated = [str(meta[key]) for key in _STATED_META if meta.get(key) not in (None, "")]
+    return " ".join([*stated, doc.content or ""])
 
 
 def _support(text: str, facts: list[Fact], scope: list[int], indexes: list[FactIndex],

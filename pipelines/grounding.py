@@ -12,12 +12,13 @@ the caller's filters match no passage at all, the strategy answers at once, with
 
 Usage:
     name = attach_grounding(pipeline, require_passages=True, inputs={"documents": "retriever.prompt_documents"})
+    store = readable_store(pipeline)     # None: some retriever reads something else; no count is run
     ReadablePassages(store).run(filters=restrict(scope, None))["readable"]
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from haystack import Pipeline, component
@@ -72,36 +73,45 @@ def _documents_sender(pipeline: Pipeline, owner: str) -> str | None:
     return senders[0] if len(senders) == 1 else None
 
 
-def document_stores(pipeline: Pipeline) -> Iterator[Any]:
-    """The document stores the graph's components (and the components they hold) read."""
-    seen: set[int] = set()
-
-    def walk(value: Any, depth: int) -> Iterator[Any]:
-        if depth > 3 or id(value) in seen:
-            return
-        seen.add(id(value))
-        store = getattr(value, "document_store", None)
-        if store is not None and hasattr(store, "count_documents_by_filter"):
-            yield store
-        for attribute in vars(value).values() if hasattr(value, "__dict__") else ():
-            if hasattr(attribute, "__haystack_input__") or hasattr(attribute, "document_store"):
-                yield from walk(attribute, depth + 1)
-
+def readable_store(pipeline: Pipeline) -> Any | None:
+    """The store every retriever of the graph reads, when all of them read docqa's store (and nothing reads the web):
+    only then does a count of what the caller may read there say that retrieval would find nothing."""
+    leaves: list[Any] = []
     for _, instance in pipeline.walk():
-        yield from walk(instance, 0)
+        if _reads_web(instance, 0):
+            return None
+        leaves.extend(_retrieval_leaves(instance, 0))
+    stores = [getattr(leaf, "document_store", None) for leaf in leaves]
+    if not stores or not all(hasattr(store, "count_documents_by_filter") for store in stores):
+        return None
+    return stores[0]
 
 
-def reads_beyond_stores(pipeline: Pipeline) -> bool:
-    """Whether the graph can find passages outside docqa's store (web search), which no store count covers."""
-    def outside(value: Any, depth: int) -> bool:
-        if depth > 3:
-            return False
-        if "WebSearch" in type(value).__name__ or getattr(value, "web_search", None) is not None:
-            return True
-        return any(outside(attribute, depth + 1) for attribute in (vars(value).values() if hasattr(value, "__dict__")
-                                                                   else ()) if hasattr(attribute, "__haystack_input__"))
+def _held(value: Any) -> list[Any]:
+    """The components an object holds (nested retrievers, embedders, generators ...)."""
+    return [v for v in (vars(value).values() if hasattr(value, "__dict__") else ()) if hasattr(v, "__haystack_input__")]
 
-    return any(outside(instance, 0) for _, instance in pipeline.walk())
+
+def _retriever_like(value: Any) -> bool:
+    return type(value).__name__.endswith("Retriever") or hasattr(value, "document_store")
+
+
+def _retrieval_leaves(value: Any, depth: int) -> list[Any]:
+    """The innermost retrievers an object reaches (a hybrid retriever's BM25 and dense retrievers, ...)."""
+    if depth > 4:
+        return []
+    nested = [leaf for held in _held(value) for leaf in _retrieval_leaves(held, depth + 1)]
+    if nested:
+        return nested
+    return [value] if _retriever_like(value) else []
+
+
+def _reads_web(value: Any, depth: int) -> bool:
+    if depth > 4:
+        return False
+    if "WebSearch" in type(value).__name__ or getattr(value, "web_search", None) is not None:
+        return True
+    return any(_reads_web(held, depth + 1) for held in _held(value))
 
 
 @component

@@ -47,8 +47,7 @@ from docqa.pipelines.grounding import (
     PRINCIPALS_SOCKET,
     ReadablePassages,
     attach_grounding,
-    document_stores,
-    reads_beyond_stores,
+    readable_store,
 )
 from docqa.recording import StepRecorder
 from docqa.result import PipelineResult
@@ -195,10 +194,10 @@ class HaystackStrategy:
         self.pipeline = pipeline
         self.grounding = attach_grounding(pipeline, require_passages=require_passages,
                                           inputs=grounding_inputs) if grounding else None
-        stores = list(document_stores(pipeline)) if require_passages and not reads_beyond_stores(pipeline) else []
+        store = readable_store(pipeline) if require_passages else None
         self._readable = Pipeline()
-        if stores:
-            self._readable.add_component("readable_passages", ReadablePassages(stores[0]))
+        if store is not None:
+            self._readable.add_component("readable_passages", ReadablePassages(store))
         self.models = dict(models or {})
         self.max_question_chars = max_question_chars
         self.input_names = input_names
@@ -299,10 +298,14 @@ class HaystackStrategy:
         recorder = StepRecorder()
         _ensure_tracing()
         out_of_budget: LLMBudgetExceededError | None = None
-        with record_steps(recorder, {"readable_passages": "access", **self.kinds}):
-            if self._readable.graph.nodes and not self._readable.run(
-                    {"readable_passages": {"filters": access_filters}})["readable_passages"]["readable"]:
-                return self._answer_without_passages(question, scope, recorder)
+        if self._readable.graph.nodes:
+            # Its step is the trace of an answer without passages; otherwise the run's trace starts at its graph.
+            checked = StepRecorder()
+            with record_steps(checked, {"readable_passages": "access"}):
+                readable = self._readable.run({"readable_passages": {"filters": access_filters}})
+            if not readable["readable_passages"]["readable"]:
+                return self._answer_without_passages(question, scope, checked)
+        with record_steps(recorder, self.kinds):
             try:
                 outputs = self.pipeline.run(data)
             except PipelineRuntimeError as exc:

@@ -76,11 +76,14 @@ class TestGradedLoop:
         result = pipeline.run("What is the capital of France?", SCOPE)
         assert (result.answer, result.stop_reason) == ("Paris [1].", STOP_ACCEPTED)
         assert [s.kind for s in result.steps] == ["time_scope", "control", "routing", "retrieval", "reasoning",
-                                                  "grading", "control", "routing", "record_table"]
+                                                  "grading", "control", "routing", "record_table",
+                                                  "grounding"]
         assert [c.document_id for c in result.citations] == ["d1"]
         assert _step(result, "retrieval").outputs["topic"]["mode"] == "no_topic_model"
         assert _step(result, "reasoning").outputs["reasoning"] == "[1] says so."
-        assert result.steps[-1].outputs["answer_source"] == "model" and result.steps[-1].outputs["table"] is None
+        table = next(s for s in result.steps if s.kind == "record_table")
+        assert table.outputs["answer_source"] == "model" and table.outputs["table"] is None
+        assert result.steps[-1].outputs["answer_source"] == "model" and result.answer_source == "model"
         assert result.totals.llm_calls == 3
 
     def test_failed_grades_rewrite_until_n_and_return_the_last_answer(self, tmp_path: Path) -> None:
