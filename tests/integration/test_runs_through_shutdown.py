@@ -28,7 +28,7 @@ from sqlalchemy import select
 from docqa.audit.models import AuditRun, AuditTrace
 from docqa.audit.runs import process_start
 from docqa.db import session_factory
-from tests.support.live_server import REPO_ROOT, free_port, gunicorn_server
+from tests.support.live_server import REPO_ROOT, free_port, gunicorn_server, worker_pids
 from tests.support.scripted_openai_server import llm_calls_since
 from tests.support.server_stack import Stack, server_stack
 
@@ -158,3 +158,40 @@ def test_sigkill_mid_run_leaves_it_started_until_the_next_start_closes_it_interr
             assert "ended before it finished" in trace.error and trace.pipeline == "mspr"
             report = audit_verify(stack)
             assert report["ok"] and report["broken"] is None
+
+
+def test_a_restarted_worker_leaves_the_runs_of_its_live_sibling_alone(tmp_path, calls_log):
+    # Each LLM call takes 30 s here, so the run outlasts the replacement worker's start (20-45 s on a busy host).
+    env = {**ENV, "DOCQA_LLM_TIMEOUT_S": "120"}
+    with server_stack(tmp_path, workers=2, llm_mode="adversarial", llm_delay_ms=30_000, extra_env=env,
+                      llm_calls_log=calls_log) as stack:
+        log = tmp_path / "gunicorn.log"
+        marker = uuid.uuid4().hex
+        question = f"Which code word do the quarterly policy reports share? {marker}"
+        asked_at = time.time()
+        ask_in_background(stack, question)
+        wait_for_llm_call(calls_log, asked_at, marker)
+        [running] = stored(stack, question)[1]
+        [sibling] = [pid for pid in worker_pids(stack.server.pid) if pid != running.pid]
+
+        # The sibling dies as an OOM kill would take it; gunicorn starts another worker, which closes the runs
+        # of processes that are gone as it starts, and must not take the live worker's run for one of them.
+        started_before = log.read_text().count("Application startup complete")
+        os.kill(sibling, signal.SIGKILL)
+        killed_at = time.time()
+        deadline = time.monotonic() + 120
+        while log.read_text().count("Application startup complete") <= started_before:
+            assert time.monotonic() < deadline, "gunicorn did not replace the killed worker"
+            time.sleep(0.2)
+        traces, runs = stored(stack, question)
+        assert traces == [] and [run.id for run in runs] == [running.id]
+        replaced_in = time.time() - killed_at
+
+        # Still running: a deploy now stops it, and its one trace says cancelled, not interrupted.
+        os.kill(stack.server.pid, signal.SIGTERM)
+        wait_gone(stack.server.pid, timeout_s=60)
+        traces, runs = stored(stack, question)
+        assert runs == [] and [(t.id, t.status) for t in traces] == [(running.id, "cancelled")]
+        assert audit_verify(stack)["ok"]
+        print(f"\nworker replaced and leftovers closed {replaced_in:.1f} s after the SIGKILL; the sibling's run "
+              "stayed started")
