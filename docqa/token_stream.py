@@ -80,6 +80,10 @@ class EchoHoldback:
         self._line = ""  # the raw text of the line being written
         self._shown = ""  # what has been released of that line
         self._started = False  # whether that line is known to be kept
+        # Once a line is kept its opening is decided, and only what follows is read, once (linear, not quadratic
+        # in the line's length): `_pending` is raw text not yet released, `_carry` cleaned spaces held back.
+        self._pending = ""
+        self._carry = ""
         self._any_line = False  # a kept line was released before (the next one starts with "\n")
         self._diverged = False
 
@@ -91,6 +95,8 @@ class EchoHoldback:
             self._line += piece
             out.append(self._end_line())
         self._line += partial
+        if self._started:
+            self._pending += partial
         out.append(self._release_partial())
         return "".join(out)
 
@@ -112,21 +118,42 @@ class EchoHoldback:
         elif cleaned and not self._diverged:
             out = ("\n" if self._any_line else "") + cleaned
             self._any_line = True
-        self._line, self._shown, self._started = "", "", False
+        self._line, self._shown, self._started, self._pending, self._carry = "", "", False, "", ""
         return out
 
     def _release_partial(self) -> str:
         if self._diverged or not self._line.strip():
             return ""
+        if self._started:
+            return self._release_continuation()
         cleaned = self._clean(self._line)
-        if not self._started:
-            if not self._settled(cleaned):
-                return ""
-            self._started = True
-            prefix = "\n" if self._any_line else ""
-            self._any_line = True
-            return prefix + self._continue(_safe_part(cleaned))
-        return self._continue(_safe_part(cleaned))
+        if not self._settled(cleaned):
+            return ""
+        self._started = True
+        prefix = "\n" if self._any_line else ""
+        self._any_line = True
+        # Spaces at the end are kept back: they are dropped if the line ends there.
+        self._carry = self._placeholders_dropped(self._line)
+        self._carry = self._carry[len(self._carry.rstrip()):]
+        return prefix + self._continue(cleaned)
+
+    def _release_continuation(self) -> str:
+        """The kept line's new text with prompt placeholders dropped; an unclosed "<" close to the end (it may
+        become a placeholder) and trailing spaces stay back."""
+        pending = self._pending
+        opened = _OPEN_PLACEHOLDER.search(pending[-_PLACEHOLDER_CHARS:])
+        cut = len(pending) - len(pending[-_PLACEHOLDER_CHARS:]) + opened.start() if opened else len(pending)
+        # No placeholder spans the cut (none opens within reach of it), so the two sides are cleaned apart.
+        out = self._carry + self._placeholders_dropped(pending[:cut])
+        released = out.rstrip()
+        self._carry, self._pending = out[len(released):], pending[cut:]
+        self._shown += released
+        return released
+
+    def _placeholders_dropped(self, text: str) -> str:
+        from docqa.llm.calls import drop_prompt_placeholders
+
+        return drop_prompt_placeholders(text, self.prompt)
 
     def _settled(self, cleaned: str) -> bool:
         """Whether no continuation of the line can make its cleaned opening differ from `cleaned`'s."""
@@ -136,24 +163,12 @@ class EchoHoldback:
         return not any(cleaned in line for line in self._prompt_lines)
 
     def _continue(self, cleaned: str) -> str:
-        if self._shown.startswith(cleaned):  # nothing new that is safe to show yet
-            return ""
         if self._diverged or not cleaned.startswith(self._shown):
             # Cannot happen by the settled rule; if it did, the preview stops rather than show wrong text.
             self._diverged = True
             return ""
         added, self._shown = cleaned[len(self._shown):], cleaned
         return added
-
-
-def _safe_part(cleaned: str) -> str:
-    """`cleaned` without what may still change: trailing spaces (stripped at the line's end) and an unclosed
-    "<" that may become a placeholder."""
-    tail = cleaned[-_PLACEHOLDER_CHARS:]
-    opened = _OPEN_PLACEHOLDER.search(tail)
-    if opened:
-        cleaned = cleaned[: len(cleaned) - len(tail) + opened.start()]
-    return cleaned.rstrip()
 
 
 class AnswerTokens:

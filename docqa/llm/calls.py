@@ -310,7 +310,7 @@ def strip_prompt_echo(reply: str, prompt: str) -> str:
     may be empty, which callers treat as "no answer" rather than showing the prompt back to the user. Template
     placeholders copied from the prompt ("<the final answer in one or two sentences>") are dropped too.
     """
-    reply = _PLACEHOLDER.sub(lambda m: "" if m.group(0) in prompt else m.group(0), reply)
+    reply = drop_prompt_placeholders(reply, prompt)
     prompt_lines = [line.strip() for line in prompt.splitlines() if line.strip()]
     kept = []
     for line in reply.splitlines():
@@ -319,6 +319,12 @@ def strip_prompt_echo(reply: str, prompt: str) -> str:
         if text:
             kept.append(text)
     return "\n".join(kept)
+
+
+def drop_prompt_placeholders(text: str, prompt: str) -> str:
+    """`text` without the template placeholders it copied from `prompt` ("<the final answer ...>"); one that the
+    prompt does not hold stays."""
+    return _PLACEHOLDER.sub(lambda m: "" if m.group(0) in prompt else m.group(0), text)
 
 
 def _without_echo(text: str, prompt_lines: list[str]) -> str:

@@ -164,6 +164,8 @@ REPLIES = [
     f"{PROMPT.splitlines()[0]} {ANSWER}",  # an instruction line run into the answer
     # a template placeholder copied from the prompt, then a passage line cut off by the token limit
     f"<the final answer in one or two sentences> {ANSWER}\n\n[1] Halcyon moved its headquarters",
+    # placeholders and a bare "<" well into a line that is already being shown
+    f"{ANSWER} <the final answer in one or two sentences> so 1 < 2, and <a placeholder the prompt lacks> stays.",
     "Oslo [1].",  # shorter than the hold: released when the reply ends
     "",
 ]
