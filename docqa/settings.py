@@ -183,6 +183,12 @@ class Settings(BaseSettings):
     # SIEM collector `docqa audit export --format ocsf|ecs` streams to when no --out is given (http(s) URL).
     audit_export_url: str | None = None
 
+    @field_validator("pipelines_dir", "prompts_dir", "embedding_cache_dir", "local_llm_model_path", mode="before")
+    @classmethod
+    def _empty_path_is_unset(cls, value: object) -> object:
+        # `DOCQA_PIPELINES_DIR=` would otherwise be Path(""), the current directory.
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("secret_patterns")
     @classmethod
     def _compilable_patterns(cls, patterns: list[str]) -> list[str]:

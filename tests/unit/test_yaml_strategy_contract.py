@@ -278,3 +278,13 @@ class TestExports:
                                             r"retriever\.init_parameters\.(page_reader|web_search) has type "
                                             r".*web access"):
             export_strategy("mspr", runtime)
+
+
+def test_an_empty_pipelines_dir_means_unset_not_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "stray.yaml").write_text(RAISES)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DOCQA_PIPELINES_DIR", "")
+    settings = Settings(data_dir=tmp_path / "data")
+    assert settings.pipelines_dir is None
+    assert load_pipelines_dir(settings) == []
+    assert not [spec.name for spec in available_pipelines() if spec.source]
