@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from docqa.access import AccessScope
 from docqa.audit.models import AUDIT_TABLES
-from docqa.audit.recorder import answer_with_audit
+from docqa.audit.recorder import answer_with_audit, close_interrupted_runs, open_run
 from docqa.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
 from tests.support.audit import SECRET, fill, schema_differences, traces
@@ -80,6 +82,19 @@ class TestAppendOnlyOnPostgres:
                         "UPDATE audit_anchors SET mac = 'x'"):
                 with pytest.raises(DBAPIError, match="permission denied"):
                     self.run_sql(app.resolved_database_url(), sql)
+
+    def test_application_role_starts_settles_and_closes_runs_but_never_rewrites_one(self, settings, pg_url):
+        database = pg_url.rsplit("/", 1)[1]
+        with login_role("docqa_app") as role:
+            app = Settings(data_dir=settings.data_dir, database_url=database_url(database, role))
+            open_run(app, run_id="run-1", asked_by="alice", tenant="acme", question="Q?", pipeline="p",
+                     config={}, models={}, asked_at=datetime.now(UTC))
+            with pytest.raises(DBAPIError, match="permission denied"):
+                self.run_sql(app.resolved_database_url(), "UPDATE audit_runs SET pid = 1")
+            assert close_interrupted_runs(app) == []  # its owner, this process, is alive
+            self.run_sql(pg_url, "UPDATE audit_runs SET boot_id = 'an-earlier-boot'")  # as after a power cut
+            assert close_interrupted_runs(app) == ["run-1"]
+            assert [t.status for t in traces(app)] == ["interrupted"] and verify(app).ok
 
     def test_trigger_rejects_changes_even_by_the_owner(self, settings, pg_url):
         fill(settings, 1)
