@@ -151,8 +151,9 @@ def _run_info(out_dir: Path) -> dict[str, Any]:
 
 
 def _worst(records: Sequence[EvalRecord], limit: int = 10) -> list[EvalRecord]:
-    """The lowest-F1 answers, the first place to look (each with its trace id)."""
-    return sorted(records, key=lambda r: (r.error is None, r.f1))[:limit]
+    """Failed answers, then wrong ones (acc 0) by F1, the first place to look (each with its trace id); an answer
+    that holds the gold one but says more (low F1, acc 1) comes after every wrong one."""
+    return sorted(records, key=lambda r: (r.error is None, r.acc, r.f1))[:limit]
 
 
 def write_report_md(path: Path, rows: Sequence[dict[str, Any]], records: Sequence[EvalRecord],
@@ -163,12 +164,12 @@ def write_report_md(path: Path, rows: Sequence[dict[str, Any]], records: Sequenc
              f"models {info.get('models', {})}.", "",
              "Scores in percent; failed answers score 0; cost columns are means per answered question.", "",
              markdown_table(rows), "", "## Lowest-scoring answers", "",
-             "| pipeline | question | prediction | gold | F1 | trace |", "|---|---|---|---|---|---|"]
+             "| pipeline | question | prediction | source | gold | F1 | trace |", "|---|---|---|---|---|---|---|"]
     for r in _worst(records):
         answer = (r.error or r.prediction).replace("|", "/").replace("\n", " ")[:120]
         gold = " / ".join(r.answers)[:80].replace("|", "/")
-        lines.append(f"| {r.pipeline} | {r.question[:100].replace('|', '/')} | {answer} | {gold} | "
-                     f"{r.f1 * 100:.0f} | {r.trace_id or '–'} |")
+        lines.append(f"| {r.pipeline} | {r.question[:100].replace('|', '/')} | {answer} | {r.answer_source} | "
+                     f"{gold} | {r.f1 * 100:.0f} | {r.trace_id or '–'} |")
     lines += ["", *[f"![{name}]({name})" for name in PLOTS], ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
@@ -226,7 +227,7 @@ def write_report_html(path: Path, rows: Sequence[dict[str, Any]], records: Seque
                    for row in rows)
     worst = "".join(
         f"<tr><td>{esc(r.pipeline)}</td><td>{esc(r.question[:160])}</td><td>{esc((r.error or r.prediction)[:200])}"
-        f"</td><td>{esc(' / '.join(r.answers)[:100])}</td><td>{r.f1 * 100:.0f}</td>"
+        f"</td><td>{esc(r.answer_source)}</td><td>{esc(' / '.join(r.answers)[:100])}</td><td>{r.f1 * 100:.0f}</td>"
         f"<td><code>{esc(r.trace_id or '–')}</code></td></tr>" for r in _worst(records))
     images = "".join(
         f'<img alt="{esc(p.stem)}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
@@ -240,7 +241,8 @@ Scores in percent; failed answers score 0.</p>
 <table id="summary"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
 <h2>Plots</h2>{images}
 <h2>Lowest-scoring answers</h2>
-<table id="worst"><thead><tr><th>pipeline</th><th>question</th><th>answer</th><th>gold</th><th>F1</th><th>trace</th>
+<table id="worst"><thead><tr><th>pipeline</th><th>question</th><th>answer</th><th>source</th><th>gold</th><th>F1</th>
+<th>trace</th>
 </tr></thead><tbody>{worst}</tbody></table>
 </body></html>
 """

@@ -102,6 +102,18 @@ def test_the_report_leaves_out_columns_no_strategy_has(tmp_path):
     assert "citation_precision" in markdown_table(summarize(_records()))
 
 
+def test_the_worst_answers_are_the_wrong_ones_with_who_wrote_them(tmp_path):
+    records = [
+        EvalRecord("standard", "q1", "Where?", ["Oslo"], prediction="It is Oslo, the capital, by the fjord.",
+                   answer_source="model", acc=1.0, f1=0.2),  # right but wordy: low F1
+        EvalRecord("standard", "q2", "Who?", ["Jane Roe"], prediction="Kari Nordmann", answer_source="extracted",
+                   acc=0.0, f1=0.5),
+    ]
+    write_reports(tmp_path, records)
+    worst = (tmp_path / "report.md").read_text().split("## Lowest-scoring answers", 1)[1]
+    assert worst.index("Kari Nordmann | extracted |") < worst.index("It is Oslo")
+
+
 def _old_line(record: EvalRecord) -> str:
     # A results line as written before acc, citation precision and the ids they need were recorded.
     raw = asdict(record)
