@@ -35,7 +35,10 @@ _ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|mr|mrs|ms|dr|prof|st|no|ar
                            re.IGNORECASE)
 _LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)])\s+")
 _LIST_NUMBER = re.compile(r"^\s*\d{1,2}\.$")
-_WORD = re.compile(r"[a-z0-9]{4,}")
+_WORD = re.compile(r"[a-z0-9]{3,}")
+_COMMON = frozenset(("the", "and", "for", "was", "were", "are", "has", "had", "have", "its", "his", "her", "with",
+                     "from", "that", "this", "which", "who", "what", "when", "where", "not", "but", "they", "their",
+                     "answer", "yes"))
 _STATED_META = ("title", "source", "name", "display", "code", "value", "unit", "reference_range", "flag",
                 "effective_start_utc")
 # Questions and answers are bounded upstream; this bounds the work of a pathological reply.
@@ -273,10 +276,15 @@ def _support(text: str, facts: list[Fact], scope: list[int], indexes: list[FactI
     """The passages (0-based) that state all of a sentence's facts; with no fact, the one sharing most words."""
     if facts:
         return [i for i in scope if all(indexes[i].supports(f) for f in facts)]
-    words = set(_WORD.findall(text.lower()))
-    shared = [(len(words & set(_WORD.findall((passages[i].content or "").lower()))), -i) for i in scope]
+    words = _content_words(_MARKERS.sub(" ", text))
+    shared = [(len(words & _content_words(_searchable(passages[i]))), -i) for i in scope]
     best = max(shared, default=(0, 0))
-    return [-best[1]] if best[0] >= 2 else []
+    # A short answer ("Lisbon") is found by its one word; a longer one needs two in common.
+    return [-best[1]] if best[0] >= min(2, len(words)) and best[0] > 0 else []
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _COMMON}
 
 
 def _shown(kept: list[_Sentence], passages: list[Document]) -> tuple[str, list[Document]]:

@@ -146,7 +146,8 @@ class TestPreferenceDrivenSourceSelection:
         assert result.stop_reason == STOP_REVIEW_PASSED and result.answer == "180 euros"
         final = _steps(result, "controller")[-1].outputs["route"]
         assert final["switches"] == [] and final["retrievals_by_source"] == {MAIN: 3}
-        assert {c.document_id for c in result.citations} == {"hotel", "mileage", "meals"}
+        # The answer cites the passage in which its support was found, not every passage observed.
+        assert {c.document_id for c in result.citations} == {"hotel"}
 
     def test_switches_exactly_when_the_judge_says_nothing_new(self, settings):
         llm = ScriptedChatGenerator(

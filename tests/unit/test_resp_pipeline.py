@@ -73,6 +73,7 @@ class TestOverPlanning:
             ("summary", "dual_function_summarizer"),
             ("judgement", "resp_judge"),
             ("generation", "memory_answer_generator"),
+            ("grounding", "grounding"),
         ]
         # Between them, the controller decides what comes next (its state returns through the loop joiner).
         assert [(d["event"], d["next"]) for d in decisions(result)] == [
@@ -82,7 +83,7 @@ class TestOverPlanning:
         assert all(isinstance(d["score"], float) for d in retrieved)
         assert work[1].outputs["global_evidence"]["summary"].startswith("Twisted Fortune was directed")
         assert result.totals.llm_calls == 3 == len(self.llm.calls)
-        assert all(s.outputs["llm_calls"] for s in work[1:])
+        assert all(s.outputs["llm_calls"] for s in work[1:-1]) and "llm_calls" not in work[-1].outputs
         assert not any(s.outputs.get("llm_calls") for s in result.steps if s.kind == "control")
 
 
@@ -222,7 +223,8 @@ class TestMemories:
         judge_prompt = _prompts(self.llm, JUDGE)[-1]
         assert "Where was Omar Vance born? Answer: in Lisbon." in judge_prompt
         assert "QUOKKA-9" not in judge_prompt
-        assert {c.document_id for c in result.citations} == {"gh", "ov"}
+        # "Lisbon" is found in the passage about Omar Vance only: that is the one it cites.
+        assert {c.document_id for c in result.citations} == {"ov"}
 
     def test_no_new_evidence_stops_the_loop(self) -> None:
         llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, "Who directed Glass Harbor film?"),
