@@ -159,7 +159,10 @@ class Settings(BaseSettings):
     # task must finish well within it (its time limit is derived from it).
     broker_visibility_timeout_s: int = Field(default=900, ge=5)
     ingest_items_per_task: int = Field(default=8, ge=1, le=256)
+    # Attempts whose worker process crashed on the item (the worker's main process survived) fail it after
+    # ingest_max_attempts; attempts cut short by the whole worker's death (deploys, node OOM) only after this many.
     ingest_max_attempts: int = Field(default=3, ge=1)
+    ingest_max_interruptions: int = Field(default=10, ge=1)
     ingest_task_expires_s: int = Field(default=7 * 24 * 3600, ge=60)
     # Topic models are fitted automatically after a records ingestion when a tenant has none yet, or when its
     # corpus has grown by this fraction since the last fit (a background job on the workers when a broker is set).

@@ -1,7 +1,8 @@
 """Ingestion job and item state in the SQL database, with explicit state transitions.
 
 An item moves `queued -> running -> written | skipped | failed`; a worker that dies mid-item leaves it
-`running`, and the redelivered task moves it `running -> running` again (counted in `attempts`). An item whose
+`running`, and the redelivered task moves it `running -> running` again (counted in `attempts`; `crashes` counts
+those whose pool process died while the worker's main process ran on, see `docqa.ingestion.processing`). An item whose
 file cannot be stored at submit time starts `failed`. A job's own status follows from its items.
 Uploaded bytes live in `ingest_payloads` (one row per item, deleted once the item is finished), so workers
 on any machine that reaches the database can read them.
@@ -99,6 +100,7 @@ class IngestItem(Base):
     name: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16), default=ITEM_QUEUED, index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    crashes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     chunks: Mapped[int] = mapped_column(Integer, default=0)
     code: Mapped[str | None] = mapped_column(String(64))
     reason: Mapped[str | None] = mapped_column(Text)

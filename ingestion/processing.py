@@ -6,8 +6,15 @@ Crash safety comes from three facts: chunk writes are idempotent (deterministic 
 deleted); item state is committed before and after the work; and a killed worker's message is redelivered
 (`acks_late`), while a batch whose message is lost altogether is re-dispatched by the workers' stale-item sweep
 (`docqa.ingestion.sweep`; the heartbeat of running items keeps it off live work). A redelivered batch runs its
-unfinished items one at a time, so one item that kills the worker burns only its own attempts and ends `failed`
-after `ingest_max_attempts` instead of looping.
+unfinished items one at a time, so one item that kills its process burns only its own attempts and ends `failed`
+instead of looping.
+
+Which attempts count (`give_up_reason`): on a queue, a file that crashes its pool process (segfault, OOM kill of
+the child, hard time limit) leaves the worker's main process alive, and that process records the death on the
+item (`record_child_death`, counted in `crashes`); `ingest_max_attempts` of those fail the item. An attempt ended
+by the whole worker's death (a deploy, SIGKILL or OOM kill of the node) is nobody's record and says nothing
+about the file, so it only counts against the larger `ingest_max_interruptions`. In-process (no broker) no
+parent outlives a crash, and every unfinished attempt counts against `ingest_max_attempts`.
 
 Usage:
     process_items(settings, [item_id, ...], runtime=Runtime(settings))
@@ -23,12 +30,13 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from docqa.access import COLLECTION_FIELD
 from docqa.audit.events import DOCUMENT_INGESTED, RECORDS_INGESTED, append_event
 from docqa.audit.recorder import audit_session
+from docqa.db import make_engine
 from docqa.ingestion.database import job_sessions
 from docqa.ingestion.heartbeat import beating, heartbeat_interval_s
 from docqa.ingestion.models import (
@@ -51,8 +59,51 @@ logger = logging.getLogger(__name__)
 ItemDone = Callable[[ItemResult], None]
 
 
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+def worker_name(pid: int | None = None) -> str:
+    """What an item's `worker` says of the process that runs it (`pid`: a pool child seen from its parent)."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
+
+
+def give_up_reason(attempts: int, crashes: int, settings: Settings) -> tuple[str, str] | None:
+    """The code and reason an unfinished item is failed with instead of another attempt, or None to go on.
+
+    :param attempts: attempts made so far (none of them finished the item).
+    :param crashes: those that ended with their pool process dead and the worker's main process alive.
+    """
+    if not settings.broker_url:
+        if attempts >= settings.ingest_max_attempts:
+            return "gave_up", f"gave up after {attempts} attempts: the process stopped each time while ingesting it"
+        return None
+    if crashes >= settings.ingest_max_attempts:
+        return "gave_up", (f"gave up after {attempts} attempts: the worker process ingesting it died {crashes} "
+                           "times (crash, out of memory or time limit) while the worker itself ran on")
+    interrupted = attempts - crashes
+    if interrupted >= settings.ingest_max_interruptions:
+        return "interrupted", (f"gave up after {attempts} attempts: the whole worker was stopped {interrupted} "
+                               "times while ingesting it (killed or restarted)")
+    return None
+
+
+def record_child_death(settings: Settings, item_ids: Sequence[int], worker: str) -> list[int]:
+    """Count a crash on the items among `item_ids` that the dead pool process `worker` was running.
+
+    Called by the worker's main process before the message is handed out again, with an engine of its own: the pool
+    forks new children from this process, and none may inherit a pooled connection.
+    :returns: the ids of the items counted.
+    """
+    engine = make_engine(settings.resolved_database_url())
+    try:
+        with sessionmaker(bind=engine).begin() as session:
+            counted = list(session.scalars(
+                update(IngestItem)
+                .where(IngestItem.id.in_(list(item_ids)), IngestItem.status == ITEM_RUNNING,
+                       IngestItem.worker == worker)
+                .values(crashes=IngestItem.crashes + 1, updated_at=IngestItem.updated_at)
+                .returning(IngestItem.id)
+            ).all())
+    finally:
+        engine.dispose()
+    return sorted(counted)
 
 
 def process_items(
@@ -181,12 +232,10 @@ def _claim(session: Session, settings: Settings, item_ids: list[int]) -> list[In
     for item in items:
         if item.finished:
             continue
-        if item.attempts >= settings.ingest_max_attempts:
-            item.move_to(
-                ITEM_FAILED,
-                code="gave_up",
-                reason=f"gave up after {item.attempts} attempts: the worker stopped each time while ingesting it",
-            )
+        verdict = give_up_reason(item.attempts, item.crashes, settings)
+        if verdict is not None:
+            code, reason = verdict
+            item.move_to(ITEM_FAILED, code=code, reason=reason)
             continue
         item.move_to(ITEM_RUNNING, attempts=item.attempts + 1, worker=worker_name(), heartbeat_at=datetime.now(UTC))
         claimed.append(item)

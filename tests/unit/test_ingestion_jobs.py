@@ -160,6 +160,53 @@ class TestCrashRecovery:
         assert status["failures"][0]["code"] == "gave_up"
         assert status["status"] == "completed_with_errors"
 
+    @pytest.mark.parametrize(("attempts", "crashes", "expected"), [
+        (0, 0, None),
+        (9, 0, None),  # nine deploys or node kills in a row say nothing about the file
+        (9, 2, None),
+        (3, 3, "gave_up"),  # its process died under it three times while the worker ran on
+        (5, 3, "gave_up"),
+        (10, 0, "interrupted"),  # but never an endless loop of whole-worker kills
+        (12, 2, "interrupted"),
+    ])
+    def test_on_a_queue_only_deaths_of_the_items_own_process_count(self, settings, attempts, crashes,
+                                                                     expected) -> None:
+        queued = settings.model_copy(update={"broker_url": "redis://127.0.0.1:6379/0"})
+        verdict = processing.give_up_reason(attempts, crashes, queued)
+        assert (verdict[0] if verdict else None) == expected
+        if verdict:
+            assert f"after {attempts} attempts" in verdict[1]
+            assert ("died 3 times" if expected == "gave_up" else f"stopped {attempts - crashes} times") in verdict[1]
+
+    def test_in_process_every_unfinished_attempt_counts(self, settings) -> None:
+        assert processing.give_up_reason(2, 0, settings) is None
+        assert processing.give_up_reason(3, 0, settings)[0] == "gave_up"
+
+    def test_crash_recorded_by_the_main_process_fails_the_item_and_worker_kills_do_not(self, settings,
+                                                                                       monkeypatch) -> None:
+        monkeypatch.setattr(jobs_module, "_dispatch", lambda *args: None)
+        queued = settings.model_copy(update={"broker_url": "redis://127.0.0.1:6379/0"})
+        job_id = submit_job(queued, tenant="acme", access=["everyone"], uploads=[
+            Upload("killed-with-its-worker.txt", b"fine " * 5), Upload("poison.txt", b"bad " * 5),
+            Upload("other-worker.txt", b"other " * 5)])
+        ids = _item_ids(settings, job_id)
+        dead_child = processing.worker_name(424242)
+        with job_sessions(settings).begin() as session:
+            items = {item.name: item for item in session.scalars(select(IngestItem).where(IngestItem.job_id == job_id))}
+            # Eight attempts cut short by kills of the whole worker: no main process was left to record anything.
+            items["killed-with-its-worker.txt"].move_to(ITEM_RUNNING, attempts=8, worker=processing.worker_name(7))
+            items["poison.txt"].move_to(ITEM_RUNNING, attempts=3, worker=dead_child)
+            items["other-worker.txt"].move_to(ITEM_RUNNING, attempts=1, worker="elsewhere:424242")
+        for _ in range(settings.ingest_max_attempts):  # what the surviving main process records per child death
+            assert processing.record_child_death(queued, ids, dead_child) == [items["poison.txt"].id]
+        runtime = FakeRuntime(settings)
+        process_items(queued, ids, runtime=runtime, embedder=runtime.document_embedder())
+
+        status = job_status(settings, job_id)
+        assert (status["status"], status["items_written"]) == ("completed_with_errors", 2)
+        assert [(f["source_id"], f["code"]) for f in status["failures"]] == [("poison.txt", "gave_up")]
+        assert "died 3 times" in status["failures"][0]["reason"]
+
     def test_finished_items_cannot_change_state(self, settings) -> None:
         job_id = submit_job(settings, tenant="acme", access=["everyone"], uploads=[Upload("a.txt", b"a b")])
         with job_sessions(settings)() as session:
