@@ -7,6 +7,8 @@ data directory, which this process reads to check ids and counts.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -209,3 +211,40 @@ def test_lost_message_is_redispatched_by_the_sweep_and_nothing_else_is(settings,
     assert [sorted(e["items"]) for e in redispatched] == [sorted(lost)], status["history"]
     assert redispatched[0]["statuses"] == ["queued"] and "docqa-" in redispatched[0]["by"]
     assert "re-dispatching 3 items" in worker.log()
+
+
+def test_file_whose_pool_process_keeps_dying_fails_after_the_limit(settings, workers, passages) -> None:
+    # What an out-of-memory kill or a segfault of the pool process does to the worker: the child dies under the
+    # file, the worker's main process lives on, records the death on the item and hands the message out again.
+    # Kills of the whole worker never count here (the bench's kill cycles measure those).
+    single = settings.model_copy(update={"max_file_bytes": 400_000, "ingest_items_per_task": 1})
+    heavy = " ".join(text for _, text in passages)
+    heavy = (heavy + " ") * (300_000 // len(heavy) + 1)
+    uploads = [Upload(name, text.encode()) for name, text in passages[:4]]
+    job_id = submit_job(single, tenant=TENANT, access=ACCESS, uploads=[Upload("heavy.txt", heavy.encode()), *uploads])
+    with job_sessions(single)() as session:
+        heavy_id = session.scalars(select(IngestItem.id).where(IngestItem.job_id == job_id,
+                                                               IngestItem.name == "heavy.txt")).one()
+
+    def running_attempt(n: int) -> IngestItem | None:
+        with job_sessions(single)() as session:
+            item = session.get(IngestItem, heavy_id)
+            assert item is not None and item.status in ("queued", "running"), (item and item.reason, worker.log())
+            return item if item.status == "running" and item.attempts == n and item.worker else None
+
+    worker = workers(single)
+    for attempt in range(1, single.ingest_max_attempts + 1):
+        item = wait_until(lambda n=attempt: running_attempt(n), JOB_TIMEOUT_S, f"attempt {attempt}", poll_s=0.05)
+        child = int((item.worker or "").rsplit(":", 1)[1])
+        assert child != worker.process.pid  # the pool process, not the worker's main process
+        os.kill(child, signal.SIGKILL)
+    status = wait_until(lambda: finished(single, job_id), JOB_TIMEOUT_S, "the job with a crashing file")
+
+    assert worker.process.poll() is None  # the main process survived every death
+    assert (status["status"], status["items_written"]) == ("completed_with_errors", 4), worker.log()[-3000:]
+    assert [(f["source_id"], f["code"]) for f in status["failures"]] == [("heavy.txt", "gave_up")]
+    assert "died 3 times" in status["failures"][0]["reason"]
+    with job_sessions(single)() as session:
+        heavy_item = session.get(IngestItem, heavy_id)
+        assert heavy_item is not None and (heavy_item.attempts, heavy_item.crashes) == (3, 3)
+    assert worker.log().count(f"while ingesting items [{heavy_id}]") == 3
