@@ -8,7 +8,8 @@ gone and the trace there, and its transaction is rolled back.
 A row whose process died (SIGKILL, OOM kill, power loss) is found by `owner_gone`:
 - same machine, same boot, same PID namespace: the owner is gone when its PID no longer runs, is a zombie, or
   now names a younger process (its start time since boot differs);
-- same host name, another boot id: the machine restarted since, so every process of the old boot is gone;
+- same host name, another boot id: the machine restarted since, so every process of the old boot is gone
+  (servers sharing a database need distinct host names, as containers and pods have by default);
 - anything else (another server sharing the database, another container): PIDs mean nothing here, so the run
   is closed only once its own deadline (the server's query timeout) is `grace_s` past. A run without a
   deadline (`docqa ask`) is left to its own machine.
