@@ -54,7 +54,7 @@ class TestStandardRAG:
 
         assert result.answer == "Up to 180 euros per night [1]."
         assert [c.document_id for c in result.citations] == ["hotel"]
-        assert [s.kind for s in result.steps] == ["retrieval", "generation"]
+        assert [s.kind for s in result.steps] == ["retrieval", "generation", "grounding"]
         assert result.steps[1].outputs["citation_mode"] == "explicit"
         assert result.totals.llm_calls == 1
         assert result.config["top_k"] == 3 and len(result.config["config_hash"]) == 64
@@ -75,11 +75,13 @@ class TestStandardRAG:
         result = _standard(store, llm, top_k=5).run("board retreat hotel budget", board)
         assert "secret" in {d["id"] for d in result.steps[0].outputs["documents"]}
 
-    def test_without_references_the_context_documents_are_cited(self, store):
+    def test_without_references_the_passages_stating_the_answer_are_cited(self, store):
         llm = ScriptedChatGenerator(default="0.30 euros")
         result = _standard(store, llm, top_k=2).run("mileage rate per kilometre", ALICE)
         assert result.steps[1].outputs["citation_mode"] == "context"
-        assert {c.document_id for c in result.citations} == {d["id"] for d in result.steps[0].outputs["documents"]}
+        assert {d["id"] for d in result.steps[0].outputs["documents"]} == {"hotel", "mileage"}
+        # The generator proposes every passage it was given; the grounding check cites the one stating 0.30.
+        assert [c.document_id for c in result.citations] == ["mileage"]
 
     def test_out_of_range_references_are_ignored(self, store):
         llm = ScriptedChatGenerator(default="See [7] and [0].")
@@ -101,7 +103,7 @@ class TestNoRetrieval:
         result = pipeline.run("Capital of France?", ALICE)
         assert result.answer == "Paris"
         assert result.citations == []
-        assert [s.kind for s in result.steps] == ["generation"]
+        assert [s.kind for s in result.steps] == ["generation", "grounding"]
         assert llm.calls[0]["generation_kwargs"]["max_tokens"] == 16
 
 
