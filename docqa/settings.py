@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     convert_max_ratio: float = Field(default=200.0, gt=1)
     convert_max_memory_mb: int = Field(default=1024, ge=64)
     convert_timeout_s: float = Field(default=120.0, gt=0)
+    # The text one conversion may give back (what is then chunked and embedded in the caller's process).
+    convert_max_text_chars: int = Field(default=10_000_000, ge=1000)
 
     # LLM: one OpenAI-compatible client path. With no base URL the packaged model is served locally.
     llm_base_url: str | None = None

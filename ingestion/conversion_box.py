@@ -58,6 +58,7 @@ class ConversionLimits:
     :param max_ratio: Uncompressed / compressed size of a member past `RATIO_FLOOR_BYTES`.
     :param max_memory_mb: Address space the converting child may add to its size at start.
     :param timeout_s: Wall time of the conversion, from the child's start to its result.
+    :param max_text_chars: Text a conversion may hand back: what the caller then chunks and embeds.
     """
 
     max_uncompressed_bytes: int = 100 * _MB
@@ -66,9 +67,11 @@ class ConversionLimits:
     max_ratio: float = 200.0
     max_memory_mb: int = 1024
     timeout_s: float = 120.0
+    max_text_chars: int = 10_000_000
 
     def __post_init__(self) -> None:
-        if min(self.max_uncompressed_bytes, self.max_member_bytes, self.max_members, self.max_memory_mb) < 1:
+        if min(self.max_uncompressed_bytes, self.max_member_bytes, self.max_members, self.max_memory_mb,
+               self.max_text_chars) < 1:
             raise ValueError("conversion limits must be positive")
         if self.max_ratio <= 1 or self.timeout_s <= 0:
             raise ValueError("max_ratio must be above 1 and timeout_s positive")
@@ -82,6 +85,7 @@ class ConversionLimits:
             max_ratio=settings.convert_max_ratio,
             max_memory_mb=settings.convert_max_memory_mb,
             timeout_s=settings.convert_timeout_s,
+            max_text_chars=settings.convert_max_text_chars,
         )
 
 

@@ -120,7 +120,8 @@ def convert_bytes(data: bytes, name: str, max_bytes: int, limits: ConversionLimi
     if file_type in IN_PROCESS_TYPES and len(data) <= IN_PROCESS_MAX_BYTES:
         text, title = extract_text(file_type, data, name)
     else:
-        text, title = run_in_box(extract_text, file_type, data, name, limits=limits, name=name)
+        text, title = run_in_box(_extract_bounded, file_type, data, name, limits.max_text_chars, limits=limits,
+                                 name=name)
     if not text.strip():
         raise UnreadableFileError(f"{name}: no extractable text")
     return ConvertedText(text=text, title=(title or "").strip() or PurePath(name).stem, file_type=file_type)
@@ -137,6 +138,14 @@ def extract_text(file_type: str, data: bytes, name: str) -> tuple[str, str | Non
     except Exception as exc:  # parsers raise many unrelated types on malformed input
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UnreadableFileError(f"{name}: cannot parse {file_type.upper()} file ({reason})") from exc
+
+
+def _extract_bounded(file_type: str, data: bytes, name: str, max_chars: int) -> tuple[str, str | None]:
+    # Checked in the child: a text past the bound is never sent to the caller, who would chunk and embed it all.
+    text, title = extract_text(file_type, data, name)
+    if len(text) > max_chars:
+        raise FileTooLargeError(f"{name}: extracted text over {max_chars} characters")
+    return text, title
 
 
 def _decode(data: bytes) -> str:

@@ -162,6 +162,11 @@ class TestConversionInTheBox:
         with pytest.raises(FileTooLargeError, match=r"^big\.docx: conversion used more than 256 MB$"):
             convert_bytes(data, "big.docx", LIMIT, ConversionLimits(max_memory_mb=256))
 
+    def test_a_text_past_its_bound_is_not_handed_back(self):
+        data = docx_bytes(["Forty characters of text in a paragraph."] * 100)
+        with pytest.raises(FileTooLargeError, match=r"^long\.docx: extracted text over 1000 characters$"):
+            convert_bytes(data, "long.docx", LIMIT, ConversionLimits(max_text_chars=1000))
+
     def test_a_pdf_decompression_bomb_is_bounded(self):
         started = time.monotonic()
         with pytest.raises((FileTooLargeError, UnreadableFileError)) as raised:
