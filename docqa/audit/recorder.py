@@ -127,7 +127,8 @@ def record_answer(
     :param result: the pipeline's result; `None` for a failed run, which then needs `error`.
     :param config: the pipeline configuration when there is no result (a result carries its own).
     :param steps: the steps of a failed run (a result carries its own).
-    :param status: what the caller got when that is not simply completed/failed (`timed_out`, `cancelled`).
+    :param status: what the caller got when that is not simply completed/failed (`timed_out`, `cancelled`,
+        `interrupted`).
     :param session: append inside the caller's transaction (from `audit_session`); the caller commits.
         Without it the trace is committed before this returns.
     :param run_id: the run's id (from `open_run`): the trace takes it and replaces the run's `started` row.
