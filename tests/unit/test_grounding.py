@@ -330,3 +330,14 @@ def test_a_finish_reason_length_cuts_the_standard_answer(tmp_path):
     assert (result.answer, result.answer_source) == ("The hotel limit is EUR 5,000 per year [1].", "model")
     assert _grounding(result)["verdicts"][-1] == {
         "sentence": "Late approval needs the finance dir", "verdict": "dropped", "reason": "truncated", "cites": []}
+
+
+def test_the_cli_names_who_asked_and_how_to_ask_as_someone_else(tmp_path, capsys):
+    from docqa.cli import _print_result
+
+    hidden = [_doc("travel", TRAVEL, access=("group:board",))]
+    result, _ = Ask(tmp_path, "standard", documents=hidden).run("EUR 5,000", AccessScope("acme"))
+    _print_result(result, as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "No passage that everyone may read matches the question."
+    assert "--principal" in lines[1] and not any(line.startswith("Extracted:") for line in lines)
