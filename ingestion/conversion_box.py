@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection
 from multiprocessing.context import set_spawning_popen
-from multiprocessing.process import BaseProcess
+from multiprocessing.process import AuthenticationString, BaseProcess, current_process
 from typing import Any
 
 from docqa.errors import DocqaError, FileTooLargeError, UnreadableFileError
@@ -188,6 +188,7 @@ class _BoxPopen(popen_forkserver.Popen):
         prep_data = spawn.get_preparation_data(process_obj._name)
         prep_data.pop("init_main_from_path", None)
         prep_data.pop("init_main_from_name", None)
+        prep_data["authkey"] = bytes(prep_data["authkey"])  # see _BoxProcess
         buf = io.BytesIO()
         set_spawning_popen(self)
         try:
@@ -204,11 +205,34 @@ class _BoxPopen(popen_forkserver.Popen):
 
 
 class _BoxProcess(BaseProcess):
+    """A forkserver process that a Celery prefork pool process may start too: billiard gives such a process its
+    own authentication key type (which only billiard may pickle) and a daemonic mark."""
+
     _start_method = "forkserver"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._config["authkey"] = AuthenticationString(bytes(self._config["authkey"]))
 
     @staticmethod
     def _Popen(process_obj: Any) -> _BoxPopen:
         return _BoxPopen(process_obj)
+
+    def start(self) -> None:
+        # A Celery prefork pool process is marked daemonic, and multiprocessing refuses children to a daemonic
+        # process (they would outlive it). A box child is the forkserver's child, not the caller's, and ends at
+        # its CPU-time limit even if nobody kills it; so the mark is lifted for this start only.
+        with _DAEMON_MARK_LOCK:
+            config = current_process()._config
+            daemonic = config.pop("daemon", None)
+            try:
+                super().start()
+            finally:
+                if daemonic is not None:
+                    config["daemon"] = daemonic
+
+
+_DAEMON_MARK_LOCK = threading.Lock()
 
 
 def preload_in_box(*modules: str) -> None:
