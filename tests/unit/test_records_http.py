@@ -51,12 +51,18 @@ def _ask(client: TestClient, key: str, **fields: Any) -> dict[str, Any]:
     return response.json()
 
 
+def _table(body: dict[str, Any]) -> dict[str, Any]:
+    [step] = [s for s in body["steps"] if s["kind"] == "record_table"]
+    return step["outputs"]["table"]
+
+
 def test_citations_carry_the_record_rows_and_pages_follow(server: Any) -> None:
     client, keys = server
     first = _ask(client, keys["alice"])
     assert [c["document_id"] for c in first["citations"]] == ["a1c-2", "a1c-3"]
     assert first["citations"][1]["record"]["value"] == 7.0 and first["citations"][1]["record"]["unit"] == "%"
-    table = first["steps"][-1]["outputs"]["table"]
+    assert first["steps"][-1]["kind"] == "grounding"  # the record answer is checked like any other
+    table = _table(first)
     assert (table["total"], table["shown"], table["complete"]) == (3, 2, False)
     assert first["answer"].startswith("3 matching records")  # the model said nothing usable
     rest = _ask(client, keys["alice"], record_offset=2)
@@ -65,8 +71,9 @@ def test_citations_carry_the_record_rows_and_pages_follow(server: Any) -> None:
 
 def test_other_tenants_and_groups_stay_out(server: Any) -> None:
     client, keys = server
-    bob = _ask(client, keys["bob"])  # same tenant, not in group:finance
-    assert bob["citations"] == [] and bob["steps"][-1]["outputs"]["table"]["total"] == 0
+    bob = _ask(client, keys["bob"])  # same tenant, not in group:finance: nothing he may read, so no model call
+    assert bob["citations"] == [] and bob["answer_source"] == "none" and bob["stop_reason"] == "no_readable_passage"
+    assert bob["totals"]["llm_calls"] == 0
     zed = _ask(client, keys["zed"])  # another tenant
     assert zed["citations"] == []
 

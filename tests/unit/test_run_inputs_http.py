@@ -7,17 +7,30 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from haystack import Document
 
+from docqa.runtime import Runtime
+from docqa.schema import upgrade_database
+from docqa.server.app import create_app
+from docqa.server.config import ServerSettings
 from tests.support.scripted_chat import ScriptedChatGenerator
-from tests.support.server_app import auth, build_test_app
+from tests.support.server_app import ACCOUNTS, auth, seed_accounts
 
 AS_OF = "2013-12-01T00:00:00Z"
 
 
 @pytest.fixture
 def server(tmp_path) -> tuple[TestClient, dict[str, str]]:
-    app, keys = build_test_app(tmp_path, ScriptedChatGenerator(default="Nothing recorded."))
-    with TestClient(app) as client:
+    settings = ServerSettings(data_dir=tmp_path / "data")
+    upgrade_database(settings)
+    keys = seed_accounts(settings, ACCOUNTS)
+    chat = ScriptedChatGenerator(default="Nothing recorded.")
+    runtime = Runtime(settings, chat_generator_factory=lambda _role: chat)
+    # One record alice may read: with nothing readable the question is answered before any strategy runs.
+    runtime.document_store.write_documents([Document(id="lab-1", content="HbA1c 6.1 %", meta={
+        "tenant": "acme", "access": ["group:finance"], "patient_id": "patient-7", "record_type": "lab_result",
+        "effective_start": "2013-06-01T00:00:00Z", "effective_start_utc": "2013-06-01T00:00:00Z"})])
+    with TestClient(create_app(settings, runtime=runtime)) as client:
         yield client, keys
 
 
