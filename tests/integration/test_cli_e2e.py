@@ -61,7 +61,7 @@ def test_ingest_then_ask_standard_and_no_retrieval(local_llm_settings, hotpot_sl
         result = json.loads(proc.stdout)
         assert result["pipeline"] == "standard"
         assert isinstance(result["answer"], str)
-        assert [s["kind"] for s in result["steps"]] == ["retrieval", "generation"]
+        assert [s["kind"] for s in result["steps"]] == ["retrieval", "generation", "grounding"]
         retrieved = [d["id"] for d in result["steps"][0]["outputs"]["documents"]]
         assert 1 <= len(retrieved) <= 5
         assert {c["document_id"] for c in result["citations"]} <= set(retrieved)
@@ -75,4 +75,4 @@ def test_ingest_then_ask_standard_and_no_retrieval(local_llm_settings, hotpot_sl
     plain = _cli(local_llm_settings, "ask", questions[0].question, "--pipeline", "no_retrieval", "--json")
     assert plain.returncode == 0, plain.stderr
     result = json.loads(plain.stdout)
-    assert result["citations"] == [] and [s["kind"] for s in result["steps"]] == ["generation"]
+    assert result["citations"] == [] and [s["kind"] for s in result["steps"]] == ["generation", "grounding"]
