@@ -72,13 +72,13 @@ def test_terminates_within_m_and_writes_every_step(runtime: Runtime, sample: tup
         assert len(queries) == len(set(queries))
         # The controller's `control` steps sit between the work; the work starts with a retrieval.
         kinds = [s.kind for s in result.steps if s.kind != "control"]
-        # The tiny model's answer may be unusable: then an extractive `fallback` step follows the generation.
-        if result.answer_source == "extracted":
-            assert kinds[-1] == "fallback" and result.steps[-1].kind == "fallback"
+        # The grounding check is the graph's last node; when it found the model's reply empty or an echo, an
+        # extractive `fallback` step follows it and the answer is labelled as extracted.
+        if kinds[-1] == "fallback":
+            assert result.answer_source in {"extracted", "none"}
             kinds = kinds[:-1]
-        else:
-            assert result.steps[-1].kind == "generation"
-        assert kinds[0] == "retrieval" and kinds[-1] == "generation" and "summary" in kinds
+        assert kinds[-1] == "grounding" and result.answer_source in {"model", "extracted", "none"}
+        assert kinds[0] == "retrieval" and kinds[-2] == "generation" and "summary" in kinds
         assert len([s for s in result.steps if s.kind == "plan"]) <= 2 * (MAX_ITERATIONS - 1)
         assert result.totals.llm_calls == sum(len(s.outputs.get("llm_calls", [])) for s in result.steps) > 0
         assert isinstance(result.answer, str)
