@@ -112,18 +112,47 @@ def _usable_answer(question: str, answer: str, citations: list[Citation],
 def _grounded_answer(question: str, answer: str, citations: list[Citation], recorder: StepRecorder,
                      grounding: GroundingOutcome) -> tuple[str, list[Citation], str, str | None]:
     from docqa import extractive_fallback as fallback
-    from docqa.components.grounding_checker import fallback_note
+    from docqa.components.grounding_checker import REASON_NO_PASSAGE, fallback_note
 
     # The node saw an empty answer; a model that did reply was only echoing the prompt (the generator dropped it).
     if grounding.reason == fallback.REASON_EMPTY and grounding.answer_source in (
             fallback.ANSWER_SOURCE_EXTRACTED, fallback.ANSWER_SOURCE_NONE) and fallback.unusable_reason(
             question, "", recorder.steps) == fallback.REASON_ECHO:
-        return answer, citations, grounding.answer_source, fallback_note(
-            fallback.REASON_ECHO, extracted=grounding.answer_source == fallback.ANSWER_SOURCE_EXTRACTED)
-    if grounding.answer_source == fallback.ANSWER_SOURCE_MODEL and fallback.unusable_reason(
-            question, answer, recorder.steps) == fallback.REASON_UNGROUNDED:
+        grounding = GroundingOutcome(grounding.answer_source, fallback_note(
+            fallback.REASON_ECHO, extracted=grounding.answer_source == fallback.ANSWER_SOURCE_EXTRACTED),
+            fallback.REASON_ECHO)
+    if grounding.answer_source == fallback.ANSWER_SOURCE_NONE and grounding.reason != REASON_NO_PASSAGE:
+        widened = _extracted_from_run(question, recorder, grounding.reason or fallback.REASON_EMPTY)
+        if widened is not None:
+            return widened
+    if grounding.answer_source != fallback.ANSWER_SOURCE_MODEL:
+        return answer, citations, grounding.answer_source, grounding.answer_note
+    if fallback.unusable_reason(question, answer, recorder.steps) == fallback.REASON_UNGROUNDED:
         return _usable_answer(question, answer, citations, recorder)
     return answer, citations, grounding.answer_source, grounding.answer_note
+
+
+def _extracted_from_run(question: str, recorder: StepRecorder,
+                        reason: str) -> tuple[str, list[Citation], str, str | None] | None:
+    """Sentences quoted from every passage the run retrieved, when the grounding node found none to quote.
+
+    The node quotes the passages of the last generation; in a strategy with several rounds (AT-RAG's rewrites)
+    that round may be the one that found nothing, while an earlier round retrieved the passage that answers.
+    """
+    from docqa import extractive_fallback as fallback
+    from docqa.components.grounding_checker import fallback_note
+
+    passages = fallback.passages_of(recorder)
+    if not passages:
+        return None
+    with recorder.step("fallback", "answer_fallback", inputs={"reason": reason, "passages": len(passages)}) as step:
+        extraction = fallback.extract_answer(question, passages)
+        step.outputs = {"sentences": [{"sentence": s, "document_id": d.id, "score": round(score, 3)}
+                                      for s, d, score in extraction.sentences]}
+    if not extraction.text:
+        return None
+    return (extraction.text, citations_from_documents(extraction.documents), fallback.ANSWER_SOURCE_EXTRACTED,
+            fallback_note(reason, extracted=True))
 
 
 def citations_from_documents(documents: list[Any], snippet_chars: int = 200) -> list[Citation]:

@@ -341,3 +341,37 @@ def test_the_cli_names_who_asked_and_how_to_ask_as_someone_else(tmp_path, capsys
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "No passage that everyone may read matches the question."
     assert "--principal" in lines[1] and not any(line.startswith("Extracted:") for line in lines)
+
+
+class _Named:
+    name = "multi_round"
+
+    def config(self) -> dict[str, Any]:
+        return {}
+
+
+def test_when_the_last_round_gives_nothing_to_quote_the_runs_earlier_passages_are_quoted():
+    """AT-RAG's last round may retrieve only unrelated passages; the passage an earlier round found is quoted."""
+    from docqa.extractive_fallback import note_passages
+    from docqa.pipelines.base import GroundingOutcome, finish
+    from docqa.recording import StepRecorder
+
+    recorder = StepRecorder()
+    note_passages(recorder, {"documents": [_doc("travel", TRAVEL)]})  # the first round's retrieval
+    note_passages(recorder, {"documents": [_doc("song", "In Search of a Song is a 1971 country album.")]})
+    nothing = GroundingOutcome("none", "No answer: the model gave no answer, and no retrieved passage matches the "
+                               "question.", "empty")
+    result = finish(_Named(), QUESTION, "", [], recorder, grounding=nothing)
+    assert result.answer_source == "extracted"
+    assert "EUR 5,000" in result.answer and [c.document_id for c in result.citations] == ["travel"]
+    assert result.answer_note.startswith("No answer from the model (the model gave no answer)")
+    assert result.steps[-1].kind == "fallback" and result.steps[-1].outputs["sentences"][0]["document_id"] == "travel"
+
+
+def test_no_passage_in_the_whole_run_stays_no_answer():
+    from docqa.pipelines.base import GroundingOutcome, finish
+    from docqa.recording import StepRecorder
+
+    nothing = GroundingOutcome("none", "No answer: the model gave no answer.", "empty")
+    result = finish(_Named(), QUESTION, "", [], StepRecorder(), grounding=nothing)
+    assert (result.answer_source, result.answer, result.citations) == ("none", "", [])
