@@ -121,7 +121,9 @@ def _grounded_answer(question: str, answer: str, citations: list[Citation], reco
         grounding = GroundingOutcome(grounding.answer_source, fallback_note(
             fallback.REASON_ECHO, extracted=grounding.answer_source == fallback.ANSWER_SOURCE_EXTRACTED),
             fallback.REASON_ECHO)
-    if grounding.answer_source == fallback.ANSWER_SOURCE_NONE and grounding.reason != REASON_NO_PASSAGE:
+    if grounding.reason != REASON_NO_PASSAGE and (
+            grounding.answer_source == fallback.ANSWER_SOURCE_NONE
+            or (grounding.answer_source == fallback.ANSWER_SOURCE_EXTRACTED and _retrieved_beyond_given(recorder))):
         widened = _extracted_from_run(question, recorder, grounding.reason or fallback.REASON_EMPTY)
         if widened is not None:
             return widened
@@ -132,12 +134,25 @@ def _grounded_answer(question: str, answer: str, citations: list[Citation], reco
     return answer, citations, grounding.answer_source, grounding.answer_note
 
 
+def _retrieved_beyond_given(recorder: StepRecorder) -> bool:
+    """Whether the run retrieved passages its grounding node was not given (earlier rounds of a loop)."""
+    from docqa import extractive_fallback as fallback
+
+    checks = [step for step in recorder.steps if step.kind == "grounding"]
+    if not checks:
+        return False
+    given = {doc.get("id") for doc in checks[-1].inputs.get("documents") or [] if isinstance(doc, dict)}
+    return any(doc.id not in given for doc in fallback.passages_of(recorder))
+
+
 def _extracted_from_run(question: str, recorder: StepRecorder,
                         reason: str) -> tuple[str, list[Citation], str, str | None] | None:
-    """Sentences quoted from every passage the run retrieved, when the grounding node found none to quote.
+    """Sentences quoted from every passage the run retrieved, when the grounding node quoted the passages of the
+    last generation only, or found none to quote.
 
-    The node quotes the passages of the last generation; in a strategy with several rounds (AT-RAG's rewrites)
-    that round may be the one that found nothing, while an earlier round retrieved the passage that answers.
+    In a strategy with several rounds (AT-RAG's rewrites) the last round may be the one that found nothing, while
+    an earlier round retrieved the passage that answers; quoted sentences are backed by their passage whichever
+    round retrieved it (all under the caller's access filters).
     """
     from docqa import extractive_fallback as fallback
     from docqa.components.grounding_checker import fallback_note

@@ -375,3 +375,24 @@ def test_no_passage_in_the_whole_run_stays_no_answer():
     nothing = GroundingOutcome("none", "No answer: the model gave no answer.", "empty")
     result = finish(_Named(), QUESTION, "", [], StepRecorder(), grounding=nothing)
     assert (result.answer_source, result.answer, result.citations) == ("none", "", [])
+
+
+def test_an_extracted_answer_quotes_every_round_only_when_the_run_retrieved_more_than_the_node_was_given():
+    from docqa.extractive_fallback import note_passages
+    from docqa.pipelines.base import GroundingOutcome, finish
+    from docqa.recording import StepRecorder
+
+    song = _doc("song", "In Search of a Song is a 1971 country album with a hotel song.")
+    quoted = GroundingOutcome("extracted", "No answer from the model (the model gave no answer).", "empty")
+    for retrieved, expected in (([song], ["song"]), ([_doc("travel", TRAVEL), song], ["travel"])):
+        recorder = StepRecorder()
+        note_passages(recorder, {"documents": retrieved})
+        with recorder.step("grounding", "grounding", inputs={"documents": [{"id": "song"}]}) as step:
+            step.outputs = {}
+        result = finish(_Named(), QUESTION, "In Search of a Song is a 1971 country album with a hotel song. [1]",
+                        [], recorder, grounding=quoted)
+        if expected == ["song"]:  # nothing beyond what the node was given: its quote stands
+            assert result.steps[-1].kind == "grounding" and result.answer_source == "extracted"
+        else:
+            assert [c.document_id for c in result.citations] == expected and "EUR 5,000" in result.answer
+            assert result.steps[-1].kind == "fallback"
