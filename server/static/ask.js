@@ -123,8 +123,9 @@ function showRecordTable(result) {
   const holder = byId("record-table");
   clear(holder);
   const rows = (result.citations || []).map((c) => c.record).filter(Boolean);
-  const last = (result.steps || [])[result.steps.length - 1];
-  const table = last && last.kind === "record_table" ? (last.outputs || {}).table : null;
+  // The record_table step is followed by the grounding step that checks the answer against the table.
+  const step = (result.steps || []).findLast((s) => s.kind === "record_table");
+  const table = step ? (step.outputs || {}).table : null;
   holder.hidden = !table;
   drawTrend(table ? rows : []);
   if (!table) return;

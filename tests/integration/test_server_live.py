@@ -15,7 +15,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.server_stack import ACCOUNTS, ALL_MARKERS, QUESTION, Stack, readable_markers, server_stack
+from tests.support.server_stack import (
+    ACCOUNTS,
+    ALL_MARKERS,
+    QUESTION,
+    SCRIPTED_ANSWER,
+    Stack,
+    readable_markers,
+    server_stack,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -182,7 +190,7 @@ class TestOpenAIClient:
     def test_streamed_deltas_join_to_the_unstreamed_message_and_no_echo_streams(self, stack, client):
         from openai import OpenAI
 
-        # The scripted model writes "Scripted answer." and then its whole prompt (instructions, passages, question).
+        # The scripted model writes SCRIPTED_ANSWER and then its whole prompt (instructions, passages, question).
         openai = OpenAI(base_url=f"{stack.base_url}/v1", api_key=stack.keys["alice"], max_retries=0)
         messages = [{"role": "user", "content": QUESTION}]
         chunks = list(openai.chat.completions.create(model="standard", messages=messages, stream=True))
@@ -193,7 +201,7 @@ class TestOpenAIClient:
                              json={"question": QUESTION, "pipeline": "standard", "stream": True}).text
         tokens = [json.loads(line[6:])["text"] for block in events.split("\n\n") if block.startswith("event: token")
                   for line in block.splitlines() if line.startswith("data: ")]
-        assert "".join(tokens) == "Scripted answer."
+        assert "".join(tokens) == SCRIPTED_ANSWER
 
     def test_official_client_sees_errors_with_codes(self, stack):
         import openai

@@ -43,8 +43,9 @@ def test_a_conversation_streams_shows_its_reasoning_and_is_reopened_and_deleted(
     assert page.inner_text("#conversations") == "No conversations yet."
 
     ask(page, QUESTION, "standard")
-    # The answer arrived as the model wrote it: several token events reached the live preview.
-    assert int(page.get_attribute("#live-answer", "data-tokens") or 0) > 1
+    # The answer reached the live preview as token events; a line shorter than the echo holdback (which keeps a
+    # line until it proves not to repeat the prompt) arrives as one event.
+    assert int(page.get_attribute("#live-answer", "data-tokens") or 0) >= 1
     assert page.is_hidden("#live")
     assert (page.text_content("#answer-text") or "").startswith("Scripted answer.")
     retrieval = _substance(page, "retrieval")

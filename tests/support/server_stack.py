@@ -44,6 +44,9 @@ CORPUS: list[tuple[str, list[str], str]] = [
     ("globex", ["group:finance"], "frostpillar"),
 ]
 QUESTION = "What is the code word of the quarterly policy report?"
+# What the scripted model writes before echoing its prompt: a sentence the grounding check finds in passage [1], so
+# answers are shown as the model's with a citation (a reply sharing nothing with the passages would cite none).
+SCRIPTED_ANSWER = "Scripted answer. The quarterly policy report gives its code word [1]."
 
 
 def document_text(marker: str) -> str:
@@ -96,7 +99,8 @@ def server_stack(workdir: Path, *, workers: int = 2, llm_mode: str = "echo", llm
     with ExitStack() as stack:
         database = stack.enter_context(postgres_database()) if postgres_available() else ""
         llm_url = stack.enter_context(scripted_openai_server(
-            mode=llm_mode, delay_ms=llm_delay_ms, calls_log=str(llm_calls_log) if llm_calls_log else None))
+            mode=llm_mode, answer=SCRIPTED_ANSWER, delay_ms=llm_delay_ms,
+            calls_log=str(llm_calls_log) if llm_calls_log else None))
         env = {
             "DOCQA_DATA_DIR": str(data_dir),
             "DOCQA_LLM_BASE_URL": llm_url,
