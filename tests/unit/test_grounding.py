@@ -22,6 +22,7 @@ from docqa.runtime import Runtime
 from docqa.settings import Settings
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
 from tests.support.scripted_chat import ScriptedChatGenerator
+from tests.support.yaml_strategy_files import bm25_rag_yaml
 
 ALICE = AccessScope("acme", frozenset({"alice"}))
 QUESTION = "What is the hotel limit per year?"
@@ -164,26 +165,7 @@ JUDGE, PLAN, GENERATE = r"completely and accurately respond to the question", r"
     r"Only give me the answer"
 TREE_PLAN, RELEVANCE = r"You plan the research", r"Which of the numbered passages"
 STRATEGIES = ["standard", "resp", "atrag", "mspr", "contregen", "yaml"]
-BM25_RAG = """\
-components:
-  retriever:
-    type: docqa.components.embedded_bm25_retriever.EmbeddedBM25Retriever
-    init_parameters:
-      document_store:
-        type: docqa.stores.embedded.EmbeddedDocumentStore
-        init_parameters: {path: /nowhere/else.sqlite3}
-      top_k: 2
-  answerer:
-    type: docqa.components.cited_answer_generator.CitedAnswerGenerator
-    init_parameters:
-      chat_generator:
-        type: docqa.llm.role_generator.RoleChatGenerator
-        init_parameters: {role: generator}
-      max_tokens: 64
-connections:
-  - sender: retriever.documents
-    receiver: answerer.documents
-"""
+BM25_RAG = bm25_rag_yaml(top_k=2)
 Answer = str | Callable[[list[str]], str]
 
 

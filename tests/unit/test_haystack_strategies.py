@@ -27,6 +27,7 @@ from docqa.stores.factory import build_document_store, build_retrievers
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
 from tests.support.scripted_chat import ScriptedChatGenerator
 from tests.support.server_app import auth, build_test_app
+from tests.support.yaml_strategy_files import bm25_rag_yaml
 
 ALICE = AccessScope("acme", frozenset({"alice"}))
 TEST_MODULES = ["docqa.*", "tests.support.*"]
@@ -269,26 +270,7 @@ class TestATRAGRoundTrip:
         assert table.outputs["table"]["total"] == 2 and second.steps[-1].kind == "grounding"
 
 
-BM25_RAG = """\
-components:
-  retriever:
-    type: docqa.components.embedded_bm25_retriever.EmbeddedBM25Retriever
-    init_parameters:
-      document_store:
-        type: docqa.stores.embedded.EmbeddedDocumentStore
-        init_parameters: {path: /nowhere/else.sqlite3}
-      top_k: 5
-  answerer:
-    type: docqa.components.cited_answer_generator.CitedAnswerGenerator
-    init_parameters:
-      chat_generator:
-        type: docqa.llm.role_generator.RoleChatGenerator
-        init_parameters: {role: generator}
-      max_tokens: 64
-connections:
-  - sender: retriever.documents
-    receiver: answerer.documents
-"""
+BM25_RAG = bm25_rag_yaml(top_k=5)
 
 
 class TestFileStrategies:
