@@ -80,6 +80,15 @@ class Settings(BaseSettings):
     convert_timeout_s: float = Field(default=120.0, gt=0)
     # The text one conversion may give back (what is then chunked and embedded in the caller's process).
     convert_max_text_chars: int = Field(default=10_000_000, ge=1000)
+    # Spreadsheet rows (XLSX, ODS, CSV: all sheets of one file) a conversion may read; a larger file fails.
+    convert_max_table_rows: int = Field(default=200_000, ge=1)
+    # OCR (Tesseract) of scanned PDF pages and images: language data (`eng`, `eng+deu`: installed
+    # tesseract-ocr-* packages), and per file at most this many pages and this much wall time (past either, the
+    # file fails); the conversion's wall-time limit grows by `ocr_timeout_s` for files that need OCR.
+    ocr_enabled: bool = True
+    ocr_languages: str = Field(default="eng", pattern=r"^[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*$")
+    ocr_max_pages: int = Field(default=50, ge=1)
+    ocr_timeout_s: float = Field(default=300.0, gt=0)
 
     # LLM: one OpenAI-compatible client path. With no base URL the packaged model is served locally.
     llm_base_url: str | None = None
