@@ -23,6 +23,7 @@ MODEL_MODULES = (
     "docqa.ingestion.models",
     "docqa.feedback",
     "docqa.conversations_store",
+    "docqa.sources.models",
 )
 
 

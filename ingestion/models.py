@@ -72,6 +72,8 @@ class IngestJob(Base):
     submitted_by: Mapped[str | None] = mapped_column(String(128))
     # The collection every chunk of the job is written to (a source mspr can search on its own).
     collection: Mapped[str] = mapped_column(String(64), default=DEFAULT_COLLECTION, server_default=DEFAULT_COLLECTION)
+    # The synced source the job came from (`docqa.sources`), copied onto every chunk as `source_name`.
+    source_name: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -153,6 +153,8 @@ def _process_group(
         assert job is not None  # the foreign key guarantees it
         tenant, access, job_id, submitted_by = job.tenant, list(job.access), job.id, job.submitted_by
         collection = job.collection
+        # Chunks of a synced source carry its name, so its documents can be told apart and removed with it.
+        extra_meta = {"source_name": job.source_name} if job.source_name else {}
         payloads = dict(
             session.execute(
                 select(IngestPayload.item_id, IngestPayload.data).where(
@@ -163,7 +165,7 @@ def _process_group(
         work = [(item.id, item.attempts, item.source_id, item.name) for item in claimed]
     sources = [
         Source(source_id=source_id, name=name, data=payloads.get(item_id, b""), source=name,
-               meta={"ingest_job": job_id, COLLECTION_FIELD: collection})
+               meta={"ingest_job": job_id, COLLECTION_FIELD: collection, **extra_meta})
         for item_id, _, source_id, name in work
     ]
     documents = [source for source in sources if not is_record_bundle(source.name)]
