@@ -108,6 +108,10 @@ class Settings(BaseSettings):
     local_llm_startup_timeout_s: float = 60.0
 
     max_question_chars: int = Field(default=2000, ge=1)
+    # How a follow-up in a conversation becomes a standalone question (docqa.followups): `deterministic` rules,
+    # `llm` (the summarizer role's model condenses the exchange, checked against the rules' referents) or `auto`
+    # (the model only when its endpoint passes a small built-in check, once per process).
+    conversation_rewrite: Literal["deterministic", "llm", "auto"] = "deterministic"
     # Regular expressions of further secrets to mask in every question at its entry, before it is stored, sent to
     # a model, shown in steps or logged (e.g. '["corp_[0-9a-f]{32}"]'); docqa keys, cloud keys and tokens, bearer
     # tokens and JWTs are always masked (`docqa.audit.scrub`).
