@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -89,6 +89,32 @@ class Rewrite:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+REWRITE_ROLE = "summarizer"  # the model role that condenses an exchange under `llm`/`auto`
+
+
+def rewrite_with_settings(messages: Sequence[Any], settings: Any,
+                          chat_generator_of: Callable[[str], Any] | None = None) -> Rewrite:
+    """The rewrite `settings.conversation_rewrite` asks for; every entry point's conversation goes through here.
+
+    :param chat_generator_of: the runtime's `chat_generator(role)`; called only when a model is to be asked, so
+        the deterministic default never starts a model.
+    """
+    mode = getattr(settings, "conversation_rewrite", "deterministic")
+    if mode == "deterministic" or chat_generator_of is None:
+        return rewrite_followup(messages)
+    endpoint = settings.endpoint_for(REWRITE_ROLE)
+    name = f"{endpoint.base_url or 'local'}|{endpoint.model or settings.llm_model}"
+    from docqa.errors import DocqaError
+
+    try:
+        generator = chat_generator_of(REWRITE_ROLE)
+    except DocqaError as exc:
+        rewrite = rewrite_followup(messages)
+        rewrite.rejected = f"the rewrite model is unavailable: {exc.message}"
+        return rewrite
+    return rewrite_followup(messages, mode=mode, chat_generator=generator, endpoint=name)
 
 
 def as_turns(messages: Iterable[Any]) -> list[Turn]:
@@ -500,13 +526,18 @@ Last question: {question}"""
 
 def llm_rewrite(turns: Sequence[Turn], deterministic: Rewrite, chat_generator: Any) -> Rewrite:
     """A model's standalone question, or `deterministic` (with the reason) when the model's cannot be used."""
+    from docqa.errors import LLMUnavailableError
     from docqa.llm.calls import generate_json
 
     earlier = list(turns[:-1])[-_LLM_TURNS:]
     exchange = "\n".join(f"{t.role.capitalize()}: {t.content[:_LLM_TURN_CHARS]}" for t in earlier)
     prompt = _PROMPT.format(exchange=exchange, question=turns[-1].content[:_LLM_TURN_CHARS])
-    data = generate_json(chat_generator, prompt, LLM_REWRITE_SCHEMA, name="standalone_question",
-                         max_tokens=96, purpose="conversation_rewrite")
+    try:
+        data = generate_json(chat_generator, prompt, LLM_REWRITE_SCHEMA, name="standalone_question",
+                             max_tokens=96, purpose="conversation_rewrite")
+    except LLMUnavailableError as exc:
+        deterministic.rejected = f"the rewrite model is unavailable: {exc.message}"
+        return deterministic
     text = data.get("question") if isinstance(data, dict) else None
     reason = check_llm_question(text, deterministic)
     if reason is not None:

@@ -157,3 +157,25 @@ def test_turn_objects_and_pairs_are_read_alike() -> None:
     b = rewrite_followup([("user", "Who leads Project Halcyon?"), ("system", "x"), ("assistant", "Dana Whitlock."),
                           ("user", "Where did she study?")])
     assert a.question == b.question == "Where did Dana Whitlock study?"
+
+
+def test_settings_choose_the_method_and_a_down_model_falls_back() -> None:
+    from docqa.errors import LLMUnavailableError
+    from docqa.followups import rewrite_with_settings
+    from docqa.settings import Settings
+
+    turns = exchange("Who leads Project Halcyon?", "Dana Whitlock leads it.", "Where did that person work before?")
+    asked: list[str] = []
+
+    def generator_of(role: str) -> ScriptedChatGenerator:
+        asked.append(role)
+        return ScriptedChatGenerator(rules=[(".", _raise)])
+
+    def _raise(prompt: str) -> str:
+        raise LLMUnavailableError("connection refused")
+
+    plain = rewrite_with_settings(turns, Settings(conversation_rewrite="deterministic"), generator_of)
+    assert plain.method == METHOD_REFERENT and asked == []  # the default never builds a model client
+    down = rewrite_with_settings(turns, Settings(conversation_rewrite="llm"), generator_of)
+    assert (down.method, down.question) == (METHOD_REFERENT, "Where did Dana Whitlock work before?")
+    assert asked == ["summarizer"] and "unavailable" in (down.rejected or "")
