@@ -30,6 +30,13 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0  # pragma: no cover - execvpe does not return
 
 
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    # Imported here: the MCP SDK loads only for this command.
+    from docqa.server.mcp.stdio import cmd_mcp as serve
+
+    return serve(args, settings)
+
+
 def _session(settings: Settings):  # type: ignore[no-untyped-def]
     from docqa.db import session_factory
     from docqa.schema import upgrade_database
@@ -181,6 +188,13 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, help="listen port (default: DOCQA_SERVER_PORT or 8000)")
     p.add_argument("--workers", type=int, help="worker processes (default: DOCQA_SERVER_WORKERS or 2)")
     p.set_defaults(handler=cmd_serve)
+
+    p = sub.add_parser("mcp", help="serve the MCP tools (ask, search, read_passage, list_strategies) on stdio as "
+                       "one docqa user, for a desktop assistant")
+    p.add_argument("--principal", required=True,
+                   help="the docqa user to ask as ('alice' or 'user:alice'): their tenant, groups and audit trail")
+    p.add_argument("--tenant", help="the user's tenant (default: DOCQA_TENANT)")
+    p.set_defaults(handler=cmd_mcp)
 
     users = sub.add_parser("users", help="manage API users").add_subparsers(dest="users_command", required=True)
     p = users.add_parser("create", help="create a user (and its tenant and groups)")
