@@ -354,6 +354,7 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
         ("docqa.evaluation.cli", "add_eval_commands"),
         ("docqa.store_copy", "add_store_commands"),
         ("docqa.store_commands", "add_snapshot_commands"),
+        ("docqa.sources.cli", "add_sources_commands"),
     )
     import importlib
 
