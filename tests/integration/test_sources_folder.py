@@ -1,0 +1,241 @@
+"""Folder sources end to end on a real directory: add, sync, change, delete, rename, access from an ACL map and
+POSIX groups, an unreachable folder, a run killed at each step and run again, removal; through the CLI and the
+sync engine, over SQLite and an in-memory store with a hash embedder (counting what it embeds)."""
+
+from __future__ import annotations
+
+import grp
+import os
+from pathlib import Path
+
+import pytest
+
+from docqa.audit.events import DOCUMENT_ACCESS_CHANGED, DOCUMENT_DELETED, DOCUMENT_INGESTED
+from docqa.cli import main
+from docqa.ingestion.database import job_sessions
+from docqa.settings import Settings
+from docqa.sources import sync as sync_module
+from docqa.sources.definitions import define_source, list_sources, source_status
+from docqa.sources.models import SourceEntry
+from docqa.sources.sync import sync_source
+from tests.support.sources_fakes import SharedRuntime, audit_events, stored_by_document
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing of the run after it happens (no except clause catches it)."""
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    SharedRuntime.reset()
+    monkeypatch.setattr("docqa.runtime.Runtime", SharedRuntime)
+    monkeypatch.setenv("DOCQA_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("DOCQA_CHUNK_WORDS", "20")
+    monkeypatch.setenv("DOCQA_CHUNK_OVERLAP_WORDS", "5")
+    monkeypatch.setenv("DOCQA_INGEST_ITEMS_PER_TASK", "2")
+    return Settings()
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "share"
+    (root / "hr").mkdir(parents=True)
+    (root / "finance").mkdir()
+    (root / "hr" / "leave.md").write_text("# Leave\n\nEmployees get 30 days of paid leave per year. " * 3)
+    (root / "finance" / "budget.txt").write_text("The travel budget for 2026 is 40,000 euros. " * 4)
+    (root / "handbook.txt").write_text("Welcome to the company handbook. Offices open at nine. " * 3)
+    (root / "notes.bin").write_bytes(b"\x00\x01 not a supported type")
+    (root / ".hidden.txt").write_text("never read")
+    return root
+
+
+def _sync(settings: Settings, name: str = "share") -> sync_module.SyncReport:
+    return sync_source(settings, tenant="default", name=name, actor="cli:test")
+
+
+def _entries(settings: Settings) -> dict[str, SourceEntry]:
+    with job_sessions(settings)() as session:
+        return {e.key: e for e in session.query(SourceEntry).all()}
+
+
+def test_cli_add_sync_change_delete_rename_and_remove(settings, folder, capsys) -> None:
+    assert main(["sources", "add", "share", "--type", "folder", "--path", str(folder), "--allow", "group:staff",
+                 "--collection", "share-docs", "--every", "15m"]) == 0
+    assert main(["sources", "sync", "share"]) == 0
+    out = capsys.readouterr().out
+    assert "share: 3 added, 0 changed, 0 deleted" in out
+    docs = stored_by_document()
+    assert set(docs) == {"share:hr/leave.md", "share:finance/budget.txt", "share:handbook.txt"}
+    for chunks in docs.values():
+        assert {c.meta["source_name"] for c in chunks} == {"share"}
+        assert {c.meta["collection"] for c in chunks} == {"share-docs"}
+        assert {tuple(c.meta["access"]) for c in chunks} == {("group:staff",)}
+    assert {c.meta["source"] for c in docs["share:hr/leave.md"]} == {"hr/leave.md"}  # what citations show
+    embedded_first = len(SharedRuntime.embedder.embedded)
+
+    # Nothing changed: nothing read into the queue, nothing embedded.
+    assert main(["sources", "sync", "share"]) == 0
+    assert "0 added, 0 changed, 0 deleted, 0 access changed, 3 unchanged" in capsys.readouterr().out
+    assert len(SharedRuntime.embedder.embedded) == embedded_first
+
+    # A touched file with the same bytes is unchanged; an edited one is re-ingested; a removed one deleted;
+    # a renamed one is the old document deleted and the new one added.
+    os.utime(folder / "handbook.txt", ns=(1, 1))
+    (folder / "finance" / "budget.txt").write_text("The travel budget for 2026 was cut to 25,000 euros. " * 4)
+    (folder / "hr" / "leave.md").unlink()
+    (folder / "handbook.txt").rename(folder / "welcome.txt")
+    assert main(["sources", "sync", "share"]) == 0
+    assert "share: 1 added, 1 changed, 2 deleted, 0 access changed, 0 unchanged" in capsys.readouterr().out
+    docs = stored_by_document()
+    assert set(docs) == {"share:finance/budget.txt", "share:welcome.txt"}
+    assert "25,000" in " ".join(c.content for c in docs["share:finance/budget.txt"])
+    re_embedded = SharedRuntime.embedder.embedded[embedded_first:]
+    assert set(re_embedded) == {c.id for key in docs for c in docs[key]}  # only the changed and the new
+
+    deleted = audit_events(settings, DOCUMENT_DELETED)
+    assert {e.target for e in deleted} == {"document:share:hr/leave.md", "document:share:handbook.txt"}
+    assert all(e.before["access"] == ["group:staff"] and e.after is None for e in deleted)
+    changed = [e for e in audit_events(settings, DOCUMENT_INGESTED) if e.before is not None]
+    assert [e.target for e in changed] == ["document:share:finance/budget.txt"]
+    assert changed[0].before["access"] == changed[0].after["access"] == ["group:staff"]
+
+    assert main(["sources", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "share" in listed and "2 docs" in listed and "next:" in listed
+    view = list_sources(settings)[0]
+    assert view["last_counts"]["deleted"] == 2 and view["last_status"] == "succeeded"
+
+    assert main(["sources", "remove", "share"]) == 0
+    assert stored_by_document() == {}
+    assert list_sources(settings) == []
+
+
+def test_acl_map_and_posix_group_change_access_without_reembedding(settings, folder, tmp_path) -> None:
+    acl = tmp_path / "share.acl"
+    acl.write_text("finance/**  group:finance\nhr/*  group:hr user:dana\n")
+    define_source(settings, name="share", type="folder", tenant="default",
+                  config={"path": str(folder), "posix_groups": True}, allow=["group:staff"], acl_map=str(acl))
+    assert _sync(settings).added == 3
+    own_group = f"group:{grp.getgrgid(os.getgid()).gr_name}"
+    docs = stored_by_document()
+    assert docs["share:finance/budget.txt"][0].meta["access"] == sorted(["group:finance", own_group])
+    assert docs["share:hr/leave.md"][0].meta["access"] == sorted(["group:hr", "user:dana", own_group])
+    assert docs["share:handbook.txt"][0].meta["access"] == sorted(["group:staff", own_group])
+    embedded = len(SharedRuntime.embedder.embedded)
+
+    acl.write_text("finance/**  group:finance group:board\n")  # hr/ falls back to --allow
+    report = _sync(settings)
+    assert (report.access_changed, report.changed, report.unchanged) == (2, 0, 1)
+    assert len(SharedRuntime.embedder.embedded) == embedded  # access re-applied, nothing re-embedded
+    docs = stored_by_document()
+    assert all(c.meta["access"] == sorted(["group:board", "group:finance", own_group])
+               for c in docs["share:finance/budget.txt"])
+    assert all(c.embedding is not None for chunks in docs.values() for c in chunks)
+    events = {e.target: e for e in audit_events(settings, DOCUMENT_ACCESS_CHANGED)}
+    leave = events["document:share:hr/leave.md"]
+    assert leave.before["access"] == sorted(["group:hr", "user:dana", own_group])
+    assert leave.after["access"] == sorted(["group:staff", own_group])
+    assert set(leave.after["chunk_ids"]) == {c.id for c in docs["share:hr/leave.md"]}
+    assert _sync(settings).access_changed == 0  # applied once
+
+    acl.write_text("finance/** not-a-principal\n")
+    report = _sync(settings)
+    assert report.status == "failed" and "not a principal" in report.error
+    assert len(stored_by_document()) == 3
+
+
+def test_unreachable_folder_fails_with_reason_and_keeps_documents(settings, folder) -> None:
+    define_source(settings, name="share", type="folder", tenant="default", config={"path": str(folder)},
+                  allow=["group:staff"])
+    assert _sync(settings).added == 3
+    folder.rename(folder.with_name("unmounted"))
+    report = _sync(settings)
+    assert report.status == "failed"
+    assert "does not exist or is not a directory" in report.error
+    assert len(stored_by_document()) == 3 and report.deleted == 0
+    status = source_status(settings, "default", "share")
+    assert status["last_status"] == "failed" and "does not exist" in status["last_error"]
+    assert status["documents"] == 3
+
+
+def test_failed_file_is_reported_and_retried(settings, folder) -> None:
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 cut short")
+    define_source(settings, name="share", type="folder", tenant="default", config={"path": str(folder)},
+                  allow=["group:staff"])
+    report = _sync(settings)
+    assert (report.added, report.failed, report.status) == (3, 1, "completed_with_errors")
+    assert report.failures[0]["key"] == "broken.pdf" and report.failures[0]["reason"]
+    assert source_status(settings, "default", "share")["failures"][0]["key"] == "broken.pdf"
+    (folder / "broken.pdf").unlink()
+    report = _sync(settings)
+    assert (report.deleted, report.failed, report.status) == (1, 0, "succeeded")
+
+
+def _expected_state(settings: Settings) -> tuple[dict, dict]:
+    docs = {key: sorted((c.id, c.content, tuple(c.meta["access"])) for c in chunks)
+            for key, chunks in stored_by_document().items()}
+    entries = {key: (e.fingerprint, tuple(e.access or ()), e.status, e.pending_item)
+               for key, e in _entries(settings).items()}
+    return docs, entries
+
+
+@pytest.mark.parametrize("step", ["queued", "processed", "settled", "deleted"])
+def test_sync_killed_at_each_step_and_run_again_ends_in_the_same_state(settings, folder, monkeypatch, step) -> None:
+    define_source(settings, name="share", type="folder", tenant="default", config={"path": str(folder)},
+                  allow=["group:staff"])
+    _sync(settings)
+    for index in range(5):
+        (folder / f"new{index}.txt").write_text(f"New memo number {index} about the quarterly review. " * 3)
+    (folder / "finance" / "budget.txt").write_text("Budget revised again: 31,000 euros. " * 4)
+    (folder / "hr" / "leave.md").unlink()
+
+    # Two items per job, so a run is killed with part of its work done: after the second job is queued (before
+    # it is processed), after it is processed (before the entries take it over), before the deletions, and
+    # after the store deleted a document (before its entry is gone).
+    monkeypatch.setattr(sync_module, "ITEMS_PER_JOB", 2)
+    if step == "deleted":
+        monkeypatch.setattr("docqa.ingestion.jobs.delete_document", _delete_then(Killed))
+    else:
+        target, die_at = {"queued": ("_dispatch", 2), "processed": ("_settle", 2), "settled": ("_delete", 1)}[step]
+        original = getattr(sync_module, target)
+        calls = {"n": 0}
+
+        def die_midway(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == die_at:
+                raise Killed
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(sync_module, target, die_midway)
+    with pytest.raises(Killed):
+        _sync(settings)
+    monkeypatch.undo()
+    monkeypatch.setattr("docqa.runtime.Runtime", SharedRuntime)
+
+    report = _sync(settings)
+    assert report.status == "succeeded", report
+    docs, entries = _expected_state(settings)
+    assert set(docs) == {"share:finance/budget.txt", "share:handbook.txt",
+                         *(f"share:new{i}.txt" for i in range(5))}
+    assert "31,000" in str(docs["share:finance/budget.txt"])
+    assert all(pending is None and status == "synced" for _, _, status, pending in entries.values())
+    assert set(entries) == {key.removeprefix("share:") for key in docs}
+    # Every change audited exactly once, however the work was split between the two runs.
+    ingested = [e.target for e in audit_events(settings, DOCUMENT_INGESTED)]
+    assert sorted(ingested) == sorted(
+        ["document:share:hr/leave.md", "document:share:handbook.txt", "document:share:finance/budget.txt",
+         "document:share:finance/budget.txt", *(f"document:share:new{i}.txt" for i in range(5))])
+    assert [e.target for e in audit_events(settings, DOCUMENT_DELETED)] == ["document:share:hr/leave.md"]
+    # A third run finds nothing to do.
+    again = _sync(settings)
+    assert (again.added, again.changed, again.deleted, again.unchanged) == (0, 0, 0, 7)
+
+
+def _delete_then(exc: type[BaseException]):
+    from docqa.ingestion.jobs import delete_document
+
+    def wrapped(*args, **kwargs):
+        delete_document(*args, **kwargs)
+        raise exc
+
+    return wrapped
