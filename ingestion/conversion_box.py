@@ -59,6 +59,10 @@ class ConversionLimits:
     :param max_memory_mb: Address space the converting child may add to its size at start.
     :param timeout_s: Wall time of the conversion, from the child's start to its result.
     :param max_text_chars: Text a conversion may hand back: what the caller then chunks and embeds.
+    :param max_table_rows: Spreadsheet rows (all sheets of one file) a conversion may read.
+    :param ocr_languages: Tesseract language data for scanned pages and images (`eng`, `eng+deu`); None: no OCR.
+    :param ocr_max_pages: Pages (or image frames) of one file that may need OCR.
+    :param ocr_timeout_s: Wall time OCR may take for one file; the box's wall-time limit grows by as much.
     """
 
     max_uncompressed_bytes: int = 100 * _MB
@@ -68,13 +72,17 @@ class ConversionLimits:
     max_memory_mb: int = 1024
     timeout_s: float = 120.0
     max_text_chars: int = 10_000_000
+    max_table_rows: int = 200_000
+    ocr_languages: str | None = None
+    ocr_max_pages: int = 50
+    ocr_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         if min(self.max_uncompressed_bytes, self.max_member_bytes, self.max_members, self.max_memory_mb,
-               self.max_text_chars) < 1:
+               self.max_text_chars, self.max_table_rows, self.ocr_max_pages) < 1:
             raise ValueError("conversion limits must be positive")
-        if self.max_ratio <= 1 or self.timeout_s <= 0:
-            raise ValueError("max_ratio must be above 1 and timeout_s positive")
+        if self.max_ratio <= 1 or self.timeout_s <= 0 or self.ocr_timeout_s <= 0:
+            raise ValueError("max_ratio must be above 1, timeout_s and ocr_timeout_s positive")
 
     @classmethod
     def from_settings(cls, settings: Any) -> ConversionLimits:
@@ -86,6 +94,10 @@ class ConversionLimits:
             max_memory_mb=settings.convert_max_memory_mb,
             timeout_s=settings.convert_timeout_s,
             max_text_chars=settings.convert_max_text_chars,
+            max_table_rows=settings.convert_max_table_rows,
+            ocr_languages=settings.ocr_languages if settings.ocr_enabled else None,
+            ocr_max_pages=settings.ocr_max_pages,
+            ocr_timeout_s=settings.ocr_timeout_s,
         )
 
 

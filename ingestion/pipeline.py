@@ -32,9 +32,10 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from docqa.access import COLLECTION_FIELD, DEFAULT_COLLECTION
 from docqa.errors import DocqaError, UnreadableFileError
-from docqa.ingestion.chunking import ChunkSpec, build_chunks
+from docqa.ingestion.chunking import ChunkSpec, build_section_chunks
 from docqa.ingestion.conversion_box import ConversionLimits
 from docqa.ingestion.converters import convert_bytes, convert_path, is_supported
+from docqa.ingestion.sections import Section
 
 ItemStatus = Literal["written", "skipped", "failed"]
 # Sources whose chunks are embedded in one call, so the embedder's batches stay full when sources are small.
@@ -324,7 +325,7 @@ def _batches(sources: Iterable[Source]) -> Iterator[list[Source]]:
 
 def _chunk(source: Source, tenant: str, access: Sequence[str], settings: Any, ingested_at: str) -> list[Document]:
     if source.text is not None:
-        text, title, file_type = source.text, source.title or source.name, "text"
+        sections, title, file_type = [Section(source.text)], source.title or source.name, "text"
     else:
         if source.path is not None:
             if not source.path.exists():
@@ -333,7 +334,7 @@ def _chunk(source: Source, tenant: str, access: Sequence[str], settings: Any, in
         else:
             converted = convert_bytes(source.data or b"", source.name, settings.max_file_bytes,
                                       ConversionLimits.from_settings(settings))
-        text, title, file_type = converted.text, source.title or converted.title, converted.file_type
+        sections, title, file_type = converted.sections, source.title or converted.title, converted.file_type
     spec = ChunkSpec(
         source_id=source.source_id,
         source=source.source or source.source_id,
@@ -342,8 +343,8 @@ def _chunk(source: Source, tenant: str, access: Sequence[str], settings: Any, in
         access=list(access),
         extra_meta={**source.meta, "file_type": file_type},
     )
-    return build_chunks(
-        text,
+    return build_section_chunks(
+        sections,
         spec,
         chunk_words=settings.chunk_words,
         overlap_words=settings.chunk_overlap_words,

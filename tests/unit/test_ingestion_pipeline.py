@@ -50,7 +50,7 @@ class TestIngestPaths:
             "e.docx": docx_bytes(["Hotels need a receipt."]),
             "corrupt.pdf": pdf_bytes(["cut short"])[:120],
             "empty.txt": b"",
-            "sheet.xlsx": b"not supported",
+            "sheet.xls": b"not supported",
             "big.txt": b"word " * 30_000,
         }
         for name, data in files.items():
@@ -64,7 +64,7 @@ class TestIngestPaths:
                                                                            "e.docx"}
         assert status["corrupt.pdf"].code == "unreadable_file"
         assert status["empty.txt"].code == "unreadable_file"
-        assert status["sheet.xlsx"].code == "unsupported_file"
+        assert status["sheet.xls"].code == "unsupported_file"
         assert status["big.txt"].code == "file_too_large"
         assert all(i.reason and "\n" not in i.reason for i in report.failed)
         assert [i.source_id for i in seen] == [i.source_id for i in report.items]
@@ -82,7 +82,7 @@ class TestIngestPaths:
         (folder / "sub").mkdir(parents=True)
         (folder / "one.txt").write_text("first document")
         (folder / "sub" / "two.md").write_text("second document")
-        (folder / "image.png").write_bytes(b"\x89PNG")
+        (folder / "archive.zip").write_bytes(b"PK\x05\x06")
         (folder / ".hidden.txt").write_text("hidden")
         report = ingest_paths(runtime, [folder], "acme", ["everyone"], embedder=embedder)
         assert sorted(Path(i.source_id).name for i in report.written) == ["one.txt", "two.md"]
