@@ -67,11 +67,16 @@ class Citation:
     snippet: str = ""
     # For a record in an answer's record table: its row (date, type, name, code, value, unit, range, flag ...).
     record: dict[str, Any] | None = None
+    # Where the passage stands in its file ("page 3", "slide 2", "sheet Q3, rows 2-41", "attachment a.pdf,
+    # page 1"), and whether its text was recognised from a scan by OCR (the reader should check the scan).
+    location: str | None = None
+    ocr: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        if data["record"] is None:
-            del data["record"]
+        for key, empty in (("record", None), ("location", None), ("ocr", False)):
+            if data[key] is empty:
+                del data[key]
         return data
 
 
