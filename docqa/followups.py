@@ -190,10 +190,12 @@ _NOT_NAMES = frozenset(_words(
     "what which who whom whose when where why how is are was were do does did can could should would will may "
     "might must shall has have had the a an in on at of for to and or but please tell list give name i we you "
     "our my your their its it this that these those he she they him her his them there yes no also then so "
-    "according about after before both each every if not only since some than thanks thank ok okay well"
+    "according about after before both each every if not only since some than thanks thank ok okay well "
+    "within without during until through across between among under over from into by via per towards around "
+    "along beyond except plus approximately nearly almost at least most none all any every"
 ))
 # Small words that may stand inside a name ("University of Oslo", "Ludwig van Beethoven").
-_NAME_JOINERS = frozenset(_words("of de van von der du la del upon for"))
+_NAME_JOINERS = frozenset(_words("of de van von der du la del upon for the from"))
 _FUNCTION_WORDS = frozenset(_words(
     "a an the this that these those is are was were be been being do does did has have had can could should "
     "would will may might must shall of in on at for to from by with about as into over under after before "
@@ -214,7 +216,10 @@ _SUBJECT_PRONOUNS = {"he": "person", "she": "person", "him": "person", "her": "p
                      "they": "group", "them": "group"}
 _POSSESSIVES = {"his": "person", "hers": "person", "its": "thing", "their": "group"}
 _PERSON_QUESTION = re.compile(r"^\s*(?:and\s+)?(?:who|whom|whose)\b", re.IGNORECASE)
-_THING_QUESTION = re.compile(r"^\s*(?:and\s+)?(?:what|which)\b", re.IGNORECASE)
+_THING_QUESTION = re.compile(r"^\s*(?:and\s+)?(?:(?:in|at|on|for|from|to|of|by|with|under)\s+)?(?:what|which)\b",
+                             re.IGNORECASE)
+# "Who is Grant Hill?": the answer describes the person asked about; the names it brings are not the referent.
+_IDENTITY_QUESTION = re.compile(r"^\s*(?i:and\s+)?(?i:who)\s+(?i:is|was|are|were)\s+[A-Z][^?]*\?*\s*$")
 _LEADING = re.compile(r"^\s*(?:and also|and|but|so|also|then|ok(?:ay)?|and then)\b[\s,]*", re.IGNORECASE)
 _SWAP = re.compile(
     r"^\s*(?:(?:and|but|ok(?:ay)?|so)[\s,]+)?(?:what|how)\s+about\s+(?P<a>.+?)\s*[?.!]*\s*$"
@@ -264,52 +269,81 @@ def _names(text: str) -> list[_Entity]:
     while i < len(tokens):
         word = tokens[i][0]
         sentence_start = i == 0 or text[: tokens[i][1]].rstrip().endswith((".", "?", "!", ":"))
-        if not _is_name_word(word, sentence_start) or (word[:1].isdigit()):
+        # "The" inside a sentence opens a title ("on The Jetsons"); at a sentence's start it is just "the".
+        title = (word == "The" and not sentence_start and i + 1 < len(tokens)
+                 and _is_name_word(tokens[i + 1][0], False) and not text[tokens[i][2]: tokens[i + 1][1]].strip())
+        if not title and (not _is_name_word(word, sentence_start) or word[:1].isdigit()):
             i += 1
             continue
-        j = i + 1
-        while j < len(tokens):
-            nxt = tokens[j][0]
-            between = text[tokens[j - 1][2]: tokens[j][1]]
-            if between.strip():  # punctuation ends a name
-                break
-            if _is_name_word(nxt, False):
-                j += 1
-            elif (nxt.lower() in _NAME_JOINERS and j + 1 < len(tokens)
-                  and _is_name_word(tokens[j + 1][0], False) and not tokens[j + 1][0][:1].isdigit()
-                  and not text[tokens[j][2]: tokens[j + 1][1]].strip()):
-                j += 2
-            else:
-                break
+        j = _name_end(text, tokens, i + 1)
         start, end = tokens[i][1], tokens[j - 1][2]
         core = text[start:end].rstrip(".'’").removesuffix("'s").removesuffix("’s").strip('"')
-        i = j
-        phrase, kind = core, _kind_of(core)
         before = text[:start].rstrip().rsplit(" ", 1)[-1].lower() if text[:start].strip() else ""
-        after = [t for t in tokens[j: j + 2] if t[0].islower() and t[0].lower() not in _FUNCTION_WORDS]
         following = []
-        for token in after:
-            if text[end: token[1]].strip(" ") or token[0].endswith(("ed", "ing", "ly")):
+        for word_after, word_start, _ in tokens[j: j + 2]:
+            bare = word_after.rstrip(".?!,;:")
+            if (text[end: word_start].strip() or not bare.isalpha() or not bare.islower()
+                    or bare in _FUNCTION_WORDS or bare.endswith(("ed", "ing"))):
                 break
-            following.append(token[0].rstrip(".?!,"))
-            end = token[2]
+            following.append(bare)
+            end = word_start + len(bare)
+            if bare != word_after:
+                break
+        single, i = j == i + 1, j
+        # A lone capitalised word right before a common noun is an adjective ("Danish heavy metal band").
+        if single and following and before != "the" and not title:
+            continue
+        kind = "thing" if title or before in _ORG_HINTS or before == "the" else _kind_of(core)
+        phrase = core
         if before == "the" and following:  # "the Atlas budget": the budget, named by Atlas
-            phrase, kind = f"the {core} {' '.join(following)}", "thing"
-        elif before == "the" and kind == "thing":
+            phrase = f"the {core} {' '.join(following)}"
+        elif before == "the":
             phrase = f"the {core}"
         found.append(_Entity(phrase, core, kind))
     return found
 
 
+def _name_end(text: str, tokens: list[tuple[str, int, int]], j: int) -> int:
+    """The index after the last token of a name whose next token is `tokens[j]`."""
+    while j < len(tokens):
+        if text[tokens[j - 1][2]: tokens[j][1]].strip():  # punctuation ends a name
+            break
+        if _is_name_word(tokens[j][0], False):
+            j += 1
+            continue
+        # Small words inside a title or a name ("Escape from the Dark", "University of Oslo").
+        k = j
+        while k < len(tokens) and tokens[k][0].lower() in _NAME_JOINERS and k - j < 2:
+            if text[tokens[k][2]: tokens[k + 1][1]].strip() if k + 1 < len(tokens) else True:
+                break
+            k += 1
+        if k > j and k < len(tokens) and _is_name_word(tokens[k][0], False) and not tokens[k][0][:1].isdigit():
+            j = k + 1
+            continue
+        break
+    return j
+
+
 def _kind_of(name: str) -> str:
     words = [w.strip('".,').lower() for w in name.split()]
-    if any(w in _ORG_HINTS for w in words) or any(w in _PLACE_WORDS for w in words):
-        return "thing"
+    if any(w in _ORG_HINTS or w in _PLACE_WORDS or w in _PERSON_WORDS for w in words):
+        return "thing"  # an organisation, a place, or a title ("Deputy Prime Minister")
     if name.startswith('"') or any(w[:1].isdigit() for w in words):
         return "thing"
     if 2 <= len(words) <= 4 and all(w[:1].isalpha() for w in words):
         return "person"
     return "thing"
+
+
+def _is_list(answer: str, entities: list[_Entity]) -> bool:
+    """Whether the answer names its entities as a list ("PostgreSQL, MySQL and CSV"), not one with details."""
+    # A possessive name describes ("Oettinger Brauerei, Germany's best-selling beer"): it is no list item.
+    items = [e for e in entities if not re.search(re.escape(e.core) + r"['’]s\b", answer)]
+    if len(items) < 2:
+        return False
+    first, second = answer.find(items[0].core), answer.find(items[1].core)
+    between = answer[first + len(items[0].core): second].strip() if 0 <= first < second else "-"
+    return between in (",", "and", ", and", "or", ", or", ";")
 
 
 def _places(text: str) -> list[_Entity]:
@@ -346,22 +380,29 @@ def _candidates(previous: Rewrite) -> dict[str, list[_Entity]]:
     asked_cores = {e.core.lower() for e in asked}
     said = [e for e in _names(previous.answer) if e.core.lower() not in asked_cores
             and e.core.lower() not in previous.question.lower()]
-    asked_who = bool(_PERSON_QUESTION.match(previous.question))
+    identity = bool(_IDENTITY_QUESTION.match(previous.question)) and any(e.kind == "person" for e in asked)
+    asked_who = bool(_PERSON_QUESTION.match(previous.question)) and not identity
     asked_what = bool(_THING_QUESTION.match(previous.question))
+    if identity:
+        said = [e for e in said if e.kind != "person"]
     people = [e for e in said if asked_who or e.kind == "person"]
+    said_things = [e for e in said if e.kind != "person" or not asked_who]
     people += [e for e in asked if e.kind == "person"]
     things: list[_Entity] = []
-    if asked_what:
-        things += [_Entity(e.text, e.core, "thing") for e in said if e.kind != "person" or not asked_who][:1]
+    # "it" is what a what/which question's answer named, unless the answer named several (a list: "they").
+    if asked_what and not _is_list(previous.answer, said_things):
+        things += [_Entity(e.text, e.core, "thing") for e in said_things]
     things += [e for e in asked if e.kind == "thing"]
     things += [e for e in asked if e.kind == "person" and not asked_who]
     places = _places(previous.answer) + [e for e in said if e.kind == "thing"] + _places(previous.question)
-    groups = said[:]
+    groups = said[:] if asked_who or asked_what else []
+    # "that band", "that publisher": what the last answer named, a thing before a person-looking name.
+    named = [e for e in said if e.kind != "person"] + [e for e in said if e.kind == "person"]
     if asked_who and len(people) > 1 and people[1] in said:
         joined = " and ".join(e.core for e in people if e in said)
         groups = [_Entity(joined, joined, "group")]
     groups += things
-    return {"person": people, "thing": things, "place": places, "group": groups}
+    return {"person": people, "thing": things, "place": places, "group": groups, "named": named + things}
 
 
 _DEMONSTRATIVE = re.compile(r"\b(?P<det>that|this|the same|these|those)\s+(?P<noun>[a-z]+)\b", re.IGNORECASE)
@@ -372,7 +413,6 @@ _PRONOUN = re.compile(r"\b(" + "|".join([*_SUBJECT_PRONOUNS, *_POSSESSIVES, "the
 def _resolve_references(previous: Rewrite, body: str, own: list[_Entity]) -> tuple[str, list[str]]:
     """`body` with its references to the exchange replaced, and the phrases put in (none: nothing referred)."""
     candidates = _candidates(previous)
-    own_kinds = {e.kind for e in own}
     referents: list[str] = []
     text = body
 
@@ -387,10 +427,13 @@ def _resolve_references(previous: Rewrite, body: str, own: list[_Entity]) -> tup
         noun = match.group("noun").lower()
         if noun in _FUNCTION_WORDS or noun.endswith(("ed", "ing")):
             return match.group(0)
-        kind = "person" if noun in _PERSON_WORDS else "place" if noun in _PLACE_WORDS else "thing"
+        kind = "person" if noun in _PERSON_WORDS else "place" if noun in _PLACE_WORDS else "named"
         pool = candidates.get(kind, [])
         named = [e for e in pool + candidates["thing"] + candidates["person"] if noun in e.text.lower().split()]
         entity = named[0] if named else (pool[0] if pool else None)
+        if entity is None:  # "that team" after "... to the security team": the phrase with that noun
+            phrase = _noun_phrase(f"{previous.answer} {previous.question}", noun)
+            entity = _Entity(phrase, phrase, kind) if phrase else None
         if entity is None or entity.core.lower() in body.lower():
             return match.group(0)
         referents.append(entity.text)
@@ -410,8 +453,8 @@ def _resolve_references(previous: Rewrite, body: str, own: list[_Entity]) -> tup
             referents.append(entity.text)
             return f"in {entity.text}"
         kind = _SUBJECT_PRONOUNS.get(lower) or _POSSESSIVES[lower]
-        if kind in own_kinds:
-            return word  # the follow-up names its own referent: the pronoun points at it
+        if any(e.kind == kind and text.find(e.core) < match.start() for e in own if e.core in text):
+            return word  # the follow-up named its referent before the pronoun: the pronoun points at it
         entity = pick(kind) or (pick("thing") if kind == "group" else None)
         if entity is None:
             return word
@@ -431,6 +474,15 @@ def _resolve_references(previous: Rewrite, body: str, own: list[_Entity]) -> tup
                 text = text[: match.start()] + entity.text + text[match.end():]
     text = re.sub(r"\b(?:in|at)\s+in\s+", "in ", text)  # "work at there" -> "work at in Oslo" -> "work in Oslo"
     return _capitalised(text), referents
+
+
+def _noun_phrase(text: str, noun: str) -> str | None:
+    """ "the security team" for "team": the first phrase of `text` ending in the noun, with its modifiers."""
+    found = re.search(r"\b(?:the|a|an|its|their)\s+((?:[a-z-]+\s+){0,2})" + re.escape(noun) + r"\b", text)
+    if found is None:
+        return None
+    modifiers = [w for w in found.group(1).split() if w not in _FUNCTION_WORDS]
+    return " ".join(["the", *modifiers, noun])
 
 
 def _possessive_her(text: str, match: re.Match[str]) -> bool:
@@ -465,9 +517,11 @@ def _swapped(question: str, other: str) -> str | None:
         names = _names(question)
         if not names:
             return None
-        target = names[0]
-        # "the Atlas budget" asked about "Orion": only the name is swapped.
-        return question.replace(target.core, other_names[0].text if other_names else other, 1)
+        if len(other_names) < 2 or len(names) < len(other_names):
+            return _swap_name(question, names[0].core, other)
+        for target, replacement in zip(names, other_names, strict=False):  # "And Ed Roland in Collective Soul?"
+            question = _swap_name(question, target.core, replacement.core)
+        return question
     words = other.split()
     head = words[-1].lower()
     tokens = _tokens(question)
@@ -498,6 +552,17 @@ def _swapped(question: str, other: str) -> str | None:
     word, start, end = tokens[best]
     bare_end = start + len(word.rstrip("?.,!"))
     return question[:start] + other + question[bare_end:]
+
+
+def _swap_name(question: str, name: str, other: str) -> str:
+    """`question` with `name` replaced by `other` ("the Atlas budget" asked about "Orion": only the name goes)."""
+    at = question.find(name)
+    before, after = question[:at], question[at + len(name):]
+    if after.startswith(("'s", "’s")):
+        other = other.removesuffix("'s").removesuffix("’s")
+    if before.lower().endswith("the ") and other.lower().startswith("the "):
+        other = other[4:]
+    return before + other + after
 
 
 def _capitalised(text: str) -> str:

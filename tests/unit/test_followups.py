@@ -179,3 +179,27 @@ def test_settings_choose_the_method_and_a_down_model_falls_back() -> None:
     down = rewrite_with_settings(turns, Settings(conversation_rewrite="llm"), generator_of)
     assert (down.method, down.question) == (METHOD_REFERENT, "Where did Dana Whitlock work before?")
     assert asked == ["summarizer"] and "unavailable" in (down.rejected or "")
+
+
+@pytest.mark.parametrize(("texts", "expected"), [
+    # a list in the answer: a singular "it" keeps the question's subject
+    (("Which databases can Harbor Analytics import from?", "PostgreSQL, MySQL and CSV files.",
+      "Where does it store the data?"), "Where does Harbor Analytics store the data?"),
+    # an apposition is no list: "it" is what the answer named
+    (("Which brewery sponsors the Oettinger Rockets?", "Oettinger Brauerei, Germany's best-selling beer.",
+      "What was its output in 2011?"), "What was Oettinger Brauerei's output in 2011?"),
+    # "that team" with no name for it: the phrase with that noun
+    (("When must incidents be reported?", "Within one hour, to the security team.",
+      "When does that team inform customers?"), "When does the security team inform customers?"),
+    # two names swapped pairwise
+    (("What role does Adam Duritz have in Counting Crows?", "Lead vocalist.", "And Ed Roland in Collective Soul?"),
+     "What role does Ed Roland have in Collective Soul?"),
+    # a title with small words inside it is swapped whole
+    (("Is Frozen an animated feature?", "Yes.", "What about Escape from the Dark?"),
+     "Is Escape from the Dark an animated feature?"),
+    # "Who is X?": the answer describes X, so "his" is X
+    (("Who is Barnaby Joyce?", "An Australian politician, Deputy Prime Minister since 2016.",
+      "Who was his chief of staff?"), "Who was Barnaby Joyce's chief of staff?"),
+])
+def test_lists_appositions_noun_phrases_and_titles(texts: tuple[str, ...], expected: str) -> None:
+    assert rewrite_followup(exchange(*texts)).question == expected
