@@ -31,8 +31,13 @@ function stepLine(step) {
   return item;
 }
 
+/** "deck.pptx · slide 3", and a warning when the passage was read from a scan by OCR. */
+function placeLabel(source, location, ocr) {
+  return `${source}${location ? ` · ${location}` : ""}${ocr ? " · OCR text: check the scan" : ""}`;
+}
+
 function citationItem(citation) {
-  const head = el("div", { className: "source", text: citation.source || citation.document_id });
+  const head = el("div", { className: "source", text: placeLabel(citation.source || citation.document_id, citation.location, citation.ocr) });
   if (typeof citation.score === "number") head.append(el("span", { className: "muted", text: ` score ${citation.score.toFixed(3)}` }));
   const item = el("li", {}, head, el("blockquote", { className: "snippet", text: citation.snippet || "" }));
   // A record's citation is its table row and a web page is not stored; a stored passage opens in its document,
@@ -64,7 +69,8 @@ async function togglePassageContext(chunkId, button, panel) {
     panel.append(el("p", { className: "cited", text: context.passage.content }));
     if (context.next) panel.append(part(context.next, "neighbour"));
     const where = context.passage.chunk_index === null ? "" : ` · passage ${context.passage.chunk_index + 1}`;
-    panel.append(el("p", { className: "muted", text: `${context.passage.source || context.passage.id}${where}` }));
+    const source = placeLabel(context.passage.source || context.passage.id, context.passage.location, context.passage.ocr);
+    panel.append(el("p", { className: "muted", text: `${source}${where}` }));
   }
   panel.hidden = false;
   button.textContent = "Hide context";
