@@ -67,7 +67,9 @@ def check_principals(access: list[str]) -> list[str]:
 def upload_documents(
     caller: AdminCaller,
     context: ContextDep,
-    files: Annotated[list[UploadFile], File(description="Text, Markdown, HTML, PDF or DOCX files")],
+    files: Annotated[list[UploadFile], File(description=(
+        "Text, Markdown, HTML, PDF (scanned pages by OCR), DOCX, PPTX, XLSX, CSV, ODT, ODS, ODP, RTF, EML or MSG "
+        "mail (attachments included), or PNG, JPEG or TIFF images (by OCR)"))],
     access: Annotated[list[str], Form(description="Who may read them: everyone, user:<id>, group:<name>")],
     collection: Annotated[str, Form(description=(
         "The collection they belong to, a source mspr can search on its own (DOCQA_MSPR_SOURCES "
