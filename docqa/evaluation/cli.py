@@ -9,6 +9,7 @@ Usage:
     docqa eval --dataset q.jsonl --pipelines standard,contregen --out r --option contregen.max_llm_calls=8
     docqa eval compare runs/2026-10 runs/2026-11 --metric f1 --threshold 0.02   # exit 1 on a regression
     docqa eval rescore runs/hotpot --dataset hotpot_dev.json --traces   # acc, citation precision, sources again
+    docqa eval --conversations followups.jsonl --corpus hotpot_corpus.json --out runs/followups --recall-k 5
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def add_eval_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", type=Path,
                    help="questions: FlashRAG-style .jsonl, ASQA, HotpotQA, MuSiQue, ODSum queries.jsonl, "
                         "or a question,answer .csv")
+    p.add_argument("--conversations", type=Path,
+                   help="a conversations .jsonl (turns with each follow-up's gold standalone question and supporting "
+                        "passages): reports the follow-ups' retrieval recall@k (--recall-k, default 5), the "
+                        "exact-rewrite rate and the rewrite methods (DOCQA_CONVERSATION_REWRITE)")
     p.add_argument("--format", dest="dataset_format", default="auto", choices=FORMATS,
                    help="the --dataset layout (default: detected from its first entry)")
     p.add_argument("--pipelines", default="standard", help="comma-separated strategy names (see `docqa pipelines`)")
@@ -89,8 +94,10 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from docqa.evaluation.runner import run_evaluation
     from docqa.runtime import Runtime
 
+    if args.conversations is not None:
+        return cmd_eval_conversations(args, settings)
     if args.dataset is None or args.out is None:
-        raise DocqaError("docqa eval needs --dataset FILE and --out DIR")
+        raise DocqaError("docqa eval needs --dataset FILE (or --conversations FILE) and --out DIR")
     if args.limit is not None and args.limit < 1:
         raise DocqaError("--limit must be at least 1")
     names = [n.strip() for n in args.pipelines.split(",") if n.strip()]
@@ -134,6 +141,37 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     rows = write_reports(args.out, records)
     print(markdown_table(rows))
     print(f"\nwrote {args.out}/results.jsonl, summary.csv, report.md, report.html and plots")
+    return 0
+
+
+def cmd_eval_conversations(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.evaluation.conversations import (
+        evaluate_conversations,
+        format_summary,
+        load_conversations,
+        summarize,
+        write_results,
+    )
+    from docqa.runtime import Runtime
+
+    if args.out is None or args.dataset is not None:
+        raise DocqaError("docqa eval --conversations FILE needs --out DIR (and no --dataset)")
+    k = args.recall_k or 5
+    if k < 1:
+        raise DocqaError("--recall-k must be at least 1")
+    cases = load_conversations(args.conversations)
+    scope = AccessScope(tenant=args.tenant or settings.tenant, principals=frozenset(args.principal or []))
+    runtime = Runtime(settings)
+    if args.corpus is not None:
+        from docqa.evaluation.corpus import read_corpus, write_missing
+
+        written = write_missing(runtime, read_corpus(args.corpus, tenant=scope.tenant, access=args.allow or [EVERYONE]))
+        print(f"corpus {args.corpus}: {written} new passages stored for tenant {scope.tenant!r}", file=sys.stderr)
+    results = evaluate_conversations(runtime, cases[: args.limit], scope, k)
+    summary = summarize(results, k)
+    write_results(args.out, results, summary)
+    print(format_summary(summary))
+    print(f"\nwrote {args.out}/conversations.jsonl and conversation_summary.json")
     return 0
 
 
