@@ -123,8 +123,11 @@ def _body(message: EmailMessage) -> str:
 
 def _attachment_bytes(part: Any) -> bytes | None:
     if part.get_content_type() == "message/rfc822":
-        inner = part.get_content()
-        return inner.as_bytes() if isinstance(inner, EmailMessage) else None
+        # An attached message is parsed with its parent: its bytes are those of the inner message.
+        inner = part.get_payload()
+        inner = inner[0] if isinstance(inner, list) and inner else inner
+        if isinstance(inner, email.message.Message):
+            return inner.as_bytes()
     payload = part.get_payload(decode=True)
     return payload if isinstance(payload, bytes) else None
 

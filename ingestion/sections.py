@@ -76,8 +76,16 @@ def _cell(value: str) -> str:
 
 
 def within(sections: Iterable[Section], **outer: Any) -> list[Section]:
-    """`sections` placed inside an outer place (an attachment of a message): the outer keys come first."""
-    return [Section(s.text, {**outer, **s.location}, s.ocr, s.table) for s in sections]
+    """`sections` placed inside an outer place (an attachment of a message). The outer place names the message
+    and the attachment; an attachment inside an attached message is named by both ("fwd.eml › scan.pdf")."""
+    placed = []
+    for section in sections:
+        location = {**section.location, **outer}
+        inner = section.location.get("attachment")
+        if inner and outer.get("attachment"):
+            location["attachment"] = f"{outer['attachment']} › {inner}"
+        placed.append(Section(section.text, location, section.ocr, section.table))
+    return placed
 
 
 def location_meta(location: Mapping[str, Any]) -> dict[str, Any]:

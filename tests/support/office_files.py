@@ -40,7 +40,8 @@ def xlsx_bytes(sheets: dict[str, list[list[Any]]]) -> bytes:
     """A workbook with one sheet per name, its rows as given (the first one is the header)."""
     from openpyxl import Workbook
 
-    workbook = Workbook(write_only=True)
+    workbook = Workbook()
+    workbook.remove(workbook.active)
     for name, rows in sheets.items():
         sheet = workbook.create_sheet(name)
         for row in rows:
@@ -59,7 +60,11 @@ def eml_bytes(subject: str, body: str, attachments: list[tuple[str, bytes]] = ()
     message.set_content(body)
     for filename, data in attachments:
         if filename.endswith(".eml"):
-            message.add_attachment(data, maintype="message", subtype="rfc822", filename=filename)
+            import email
+            import email.policy
+
+            inner = email.message_from_bytes(data, policy=email.policy.default)
+            message.add_attachment(inner, filename=filename)
         else:
             message.add_attachment(data, maintype="application", subtype="octet-stream", filename=filename)
     return message.as_bytes()
