@@ -43,7 +43,8 @@ def test_a_passage_comes_with_its_neighbours_of_the_same_source(server):
     body = _context(client, keys["alice"], chunks[1].id).json()
     assert _ids(body) == (chunks[0].id, chunks[1].id, chunks[2].id)
     assert body["passage"] == {"id": chunks[1].id, "content": " ".join(f"w{i}" for i in range(10, 20)),
-                               "source": "handbook.md", "title": "Handbook", "chunk_index": 1}
+                               "source": "handbook.md", "title": "Handbook", "chunk_index": 1, "location": None,
+                               "ocr": False}
     # The first and last chunks have one neighbour.
     assert _ids(_context(client, keys["alice"], chunks[0].id).json()) == (None, chunks[0].id, chunks[1].id)
     assert _ids(_context(client, keys["alice"], chunks[3].id).json()) == (chunks[2].id, chunks[3].id, None)
@@ -72,3 +73,26 @@ def test_a_chunk_without_a_position_is_shown_alone_and_auditors_are_refused(serv
                                     meta={"tenant": "acme", "access": ["everyone"], "source_id": "handbook.md"})])
     assert _ids(_context(client, keys["bob"], "rec-1").json()) == (None, "rec-1", None)
     assert _context(client, keys["audrey"], chunks[1].id).status_code == 403
+
+
+def test_a_passage_says_where_it_stands_and_its_context_stays_in_its_sheet(server):
+    from docqa.ingestion.chunking import build_section_chunks
+    from docqa.ingestion.sections import Section, Table
+
+    client, keys, store, _ = server
+    rows = tuple((number, (f"item{number}", str(number * 10))) for number in range(2, 8))
+    sections = [Section(table=Table("Stock", ("Item", "Count"), rows), location={"sheet": "Stock"}),
+                Section(table=Table("Prices", ("Item", "Euros"), rows[:1]), location={"sheet": "Prices"}),
+                Section("The scanned delivery note says 40 pallets arrived.", {"page": 3}, ocr=True)]
+    chunks = build_section_chunks(sections, ChunkSpec(source_id="stock.xlsx", source="stock.xlsx", title="Stock",
+                                                      tenant="acme", access=["everyone"]),
+                                  chunk_words=25, overlap_words=0)
+    store.write_documents(chunks)
+    stock = [c for c in chunks if c.meta.get("sheet") == "Stock"]
+    assert len(stock) >= 2 and stock[0].content.startswith("Sheet: Stock\n| Item | Count |")
+    last = _context(client, keys["bob"], stock[-1].id).json()
+    assert last["passage"]["location"] == f"sheet Stock, rows {stock[-1].meta['row_start']}-7"
+    # The next chunk of the file is another sheet's: not this place's context.
+    assert _ids(last) == (stock[-2].id, stock[-1].id, None)
+    scanned = _context(client, keys["bob"], chunks[-1].id).json()["passage"]
+    assert (scanned["location"], scanned["ocr"]) == ("page 3", True)
