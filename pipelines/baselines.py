@@ -16,7 +16,7 @@ from haystack import Pipeline
 from docqa.components.answer_generator import AnswerGenerator
 from docqa.components.cited_answer_generator import CitedAnswerGenerator
 from docqa.components.prompt_templates import load_prompt, prompt_fingerprint
-from docqa.llm.calls import ChatGenerator
+from docqa.components.prompted_llm import inner_step_kinds
 from docqa.llm.role_generator import RoleChatGenerator
 from docqa.pipelines.haystack_strategy import HaystackStrategy
 from docqa.pipelines.options import NoRetrievalOptions, StandardOptions
@@ -27,11 +27,12 @@ from docqa.runtime import Runtime
 class NoRetrievalPipeline(HaystackStrategy):
     """The generator answers from its own parameters: the lower bound for every retrieval strategy.
 
-    Graph: `generator` (AnswerGenerator) -> `grounding` (GroundingChecker without passages: its markers and a
-    reply cut by the token limit are checked; its facts have nothing to be checked against).
+    Graph: `generator` (AnswerGenerator: `answer_prompt` -> `answer_llm` -> `answer_parser`) -> `grounding`
+    (GroundingChecker without passages: its markers and a reply cut by the token limit are checked; its facts
+    have nothing to be checked against).
     """
 
-    def __init__(self, chat_generator: ChatGenerator, *, prompt_template: str, max_tokens: int,
+    def __init__(self, chat_generator: Any, *, prompt_template: str, max_tokens: int,
                  max_question_chars: int, model: str | None) -> None:
         pipeline = Pipeline()
         pipeline.add_component(
@@ -39,7 +40,7 @@ class NoRetrievalPipeline(HaystackStrategy):
         )
         super().__init__(
             "no_retrieval", pipeline, models={"generator": model}, max_question_chars=max_question_chars,
-            kinds={"generator": "generation"}, require_passages=False,
+            kinds={**inner_step_kinds(pipeline), "generator": "generation"}, require_passages=False,
             summary={"max_tokens": max_tokens,
                      "prompts": {"no_retrieval_answer": prompt_fingerprint(prompt_template)}},
         )
@@ -48,8 +49,8 @@ class NoRetrievalPipeline(HaystackStrategy):
 class StandardRAGPipeline(HaystackStrategy):
     """Single-round RAG: hybrid retrieval of top-k chunks the caller may read, then a cited answer.
 
-    Graph: `hybrid_retriever` (query, filters) -> `cited_answer_generator` (question, documents) -> `grounding`
-    (answer, the retrieved documents).
+    Graph: `hybrid_retriever` (query, filters) -> `cited_answer_generator` (question, documents; `answer_prompt` ->
+    `answer_llm` -> `answer_parser`) -> `grounding` (answer, the retrieved documents).
     """
 
     def __init__(self, retriever: Any, generator: CitedAnswerGenerator, *, top_k: int, max_question_chars: int,
@@ -62,7 +63,8 @@ class StandardRAGPipeline(HaystackStrategy):
         pipeline.connect("hybrid_retriever.documents", "cited_answer_generator.documents")
         super().__init__(
             "standard", pipeline, models={"generator": model}, max_question_chars=max_question_chars,
-            kinds={"hybrid_retriever": "retrieval", "cited_answer_generator": "generation"},
+            kinds={**inner_step_kinds(pipeline), "hybrid_retriever": "retrieval",
+                   "cited_answer_generator": "generation"},
             summary={"top_k": top_k, "max_tokens": generator.max_tokens,
                      "prompts": {"standard_answer": prompt_fingerprint(generator.prompt_template)}},
         )

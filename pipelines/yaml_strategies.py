@@ -30,6 +30,7 @@ from haystack.core.errors import DeserializationError
 from haystack.core.serialization import generate_qualified_class_name
 
 from docqa.access import AccessScope
+from docqa.components.prompted_llm import inner_step_kinds
 from docqa.errors import ConfigurationError, DocqaError
 from docqa.llm.role_generator import RoleChatGenerator
 from docqa.pipelines.haystack_strategy import HaystackStrategy
@@ -173,7 +174,8 @@ def load_strategy(text: str, *, name: str, source: str, runtime: Runtime | None 
             setattr(component, attribute, runtime.text_embedder() if kind == "query" else runtime.document_embedder())
     models = {role: settings.endpoint_for(role).model for role in sorted(roles)}
     try:
-        return FileStrategy(name, pipeline, models=models, max_question_chars=settings.max_question_chars)
+        return FileStrategy(name, pipeline, models=models, max_question_chars=settings.max_question_chars,
+                            kinds=inner_step_kinds(pipeline))
     except ConfigurationError as exc:
         raise StrategyFileError(f"{source}: {exc.message}") from None
 

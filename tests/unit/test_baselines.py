@@ -54,7 +54,11 @@ class TestStandardRAG:
 
         assert result.answer == "Up to 180 euros per night [1]."
         assert [c.document_id for c in result.citations] == ["hotel"]
-        assert [s.kind for s in result.steps] == ["retrieval", "generation", "grounding"]
+        assert [(s.kind, s.name, s.parent) for s in result.steps] == [
+            ("retrieval", "hybrid_retriever", None), ("generation", "cited_answer_generator", None),
+            ("prompt", "answer_prompt", 1), ("generation", "answer_llm", 1), ("parse", "answer_parser", 1),
+            ("grounding", "grounding", None)]
+        assert result.steps[3].outputs["llm_calls"][0]["response"] == "Up to 180 euros per night [1]."
         assert result.steps[1].outputs["citation_mode"] == "explicit"
         assert result.totals.llm_calls == 1
         assert result.config["top_k"] == 3 and len(result.config["config_hash"]) == 64
@@ -103,7 +107,7 @@ class TestNoRetrieval:
         result = pipeline.run("Capital of France?", ALICE)
         assert result.answer == "Paris"
         assert result.citations == []
-        assert [s.kind for s in result.steps] == ["generation", "grounding"]
+        assert [s.kind for s in result.steps] == ["generation", "prompt", "generation", "parse", "grounding"]
         assert llm.calls[0]["generation_kwargs"]["max_tokens"] == 16
 
 

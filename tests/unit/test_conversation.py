@@ -71,7 +71,8 @@ def test_the_follow_up_is_answered_as_a_standalone_question_and_the_rewrite_is_t
     assert first["inputs"] == {"question": "and when was it founded?",
                                "previous_questions": ["Where is Halcyon headquartered?"]}
     assert first["outputs"]["question"] == "When was Halcyon founded?"
-    assert [s["kind"] for s in trace["steps"]] == ["rewrite", "generation", "grounding"]
+    assert [s["kind"] for s in trace["steps"]] == ["rewrite", "generation", "prompt", "generation", "parse",
+                                                   "grounding"]
 
 
 def test_a_streamed_follow_up_is_rewritten_too(server):
@@ -91,7 +92,7 @@ def test_a_single_turn_is_asked_as_is_without_a_rewrite_step(server):
         "model": "no_retrieval", "messages": [{"role": "user", "content": "Where is Halcyon headquartered?"}]}).json()
     assert body["docqa"]["question"] == "Where is Halcyon headquartered?"
     trace = client.get(f"/v1/traces/{body['docqa']['trace_id']}", headers=auth(keys["audrey"])).json()
-    assert [s["kind"] for s in trace["steps"]] == ["generation", "grounding"]
+    assert [s["kind"] for s in trace["steps"]] == ["generation", "prompt", "generation", "parse", "grounding"]
 
 
 def test_the_official_openai_client_resolves_the_follow_up(server):

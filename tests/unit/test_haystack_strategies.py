@@ -14,6 +14,7 @@ from docqa.components.cited_answer_generator import CitedAnswerGenerator
 from docqa.components.embedded_bm25_retriever import EmbeddedBM25Retriever
 from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.components.prompt_templates import load_prompt
+from docqa.components.prompted_llm import inner_step_kinds
 from docqa.errors import ConfigurationError, InvalidOptionsError, LLMUnavailableError
 from docqa.llm.role_generator import RoleChatGenerator
 from docqa.pipelines import resp
@@ -78,22 +79,27 @@ class TestStepsFromTheTracer:
     def test_standard_steps_are_its_component_runs(self, store):
         llm = ScriptedChatGenerator(default="Up to 180 euros [1].")
         result = _standard(store, llm).run("hotel limit per night?", ALICE)
-        assert _shape(result) == [("retrieval", "hybrid_retriever", 0), ("generation", "cited_answer_generator", 1),
-                                  ("grounding", "grounding", 0)]
-        retrieval, generation, grounding = result.steps
+        # The generator is a prompted LLM step: its prompt, model call and parser are steps inside it.
+        assert _shape(result) == [("retrieval", "hybrid_retriever", 0), ("generation", "cited_answer_generator", 0),
+                                  ("prompt", "answer_prompt", 0), ("generation", "answer_llm", 1),
+                                  ("parse", "answer_parser", 0), ("grounding", "grounding", 0)]
+        assert [s.parent for s in result.steps[2:5]] == [1, 1, 1]
+        retrieval, generation, _, call, _, grounding = result.steps
         assert [v["verdict"] for v in grounding.outputs["verdicts"]] == ["kept"]
         assert retrieval.inputs["query"] == "hotel limit per night?"
         assert retrieval.inputs["filters"]["conditions"][0]["value"] == "acme"
         assert all(set(d) == {"id", "score", "source", "snippet"} for d in retrieval.outputs["documents"])
         assert generation.outputs["answer"] == "Up to 180 euros [1]."
-        assert generation.outputs["llm_calls"][0]["response"] == "Up to 180 euros [1]."
+        assert call.outputs["llm_calls"][0]["response"] == "Up to 180 euros [1]."
         assert generation.duration_s > 0 and generation.error is None
         assert result.totals.llm_calls == 1
 
     def test_no_retrieval_has_one_generation_step(self):
         result = _no_retrieval(ScriptedChatGenerator(default="Paris")).run("Capital of France?", ALICE)
         assert result.answer == "Paris"
-        assert _shape(result) == [("generation", "generator", 1), ("grounding", "grounding", 0)]
+        assert _shape(result) == [("generation", "generator", 0), ("prompt", "answer_prompt", 0),
+                                  ("generation", "answer_llm", 1), ("parse", "answer_parser", 0),
+                                  ("grounding", "grounding", 0)]
         assert result.steps[0].inputs == {"question": "Capital of France?"}
 
     def test_a_failing_component_raises_its_own_error_and_its_step_records_it(self, store):
@@ -106,8 +112,8 @@ class TestStepsFromTheTracer:
         with capture_recorders() as recorders, pytest.raises(LLMUnavailableError):
             pipeline.run("hotel?", ALICE)
         steps = recorders[0].steps
-        assert [s.name for s in steps] == ["hybrid_retriever", "cited_answer_generator"]
-        assert steps[1].error.startswith("LLMUnavailableError")
+        assert [s.name for s in steps] == ["hybrid_retriever", "cited_answer_generator", "answer_prompt", "answer_llm"]
+        assert steps[1].error.startswith("LLMUnavailableError") and steps[3].error.startswith("LLMUnavailableError")
 
     def test_config_is_the_pipeline_dict_plus_models_and_its_hash(self, store):
         pipeline = _standard(store, ScriptedChatGenerator(default="x"))
@@ -135,7 +141,8 @@ class TestRoundTrip:
         assert got["components"] == expected["components"]
         assert sorted(map(str, got["connections"])) == sorted(map(str, expected["connections"]))
         again = HaystackStrategy("standard", loaded, max_question_chars=500,
-                                 kinds={"hybrid_retriever": "retrieval", "cited_answer_generator": "generation"})
+                                 kinds={**inner_step_kinds(loaded), "hybrid_retriever": "retrieval",
+                                        "cited_answer_generator": "generation"})
         first, second = original.run("hotel limit?", ALICE), again.run("hotel limit?", ALICE)
         assert second.answer == first.answer
         assert [c.document_id for c in second.citations] == [c.document_id for c in first.citations]
@@ -418,8 +425,9 @@ class TestFileStrategyOverHTTP:
         trace = client.get(f"/v1/traces/{body['trace_id']}", headers=auth(keys[auditor]))
         assert trace.status_code == 200, trace.text
         steps = trace.json()["steps"]
-        assert [(s["kind"], s["name"]) for s in steps] == [("retrieval", "retriever"), ("generation", "answerer"),
-                                                           ("grounding", "grounding")]
+        assert [(s["kind"], s["name"]) for s in steps] == [
+            ("retrieval", "retriever"), ("generation", "answerer"), ("prompt", "answer_prompt"),
+            ("generation", "answer_llm"), ("parse", "answer_parser"), ("grounding", "grounding")]
         assert {d["id"] for d in steps[0]["documents"]} == visible
 
     def test_options_are_refused(self, served):
