@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -76,16 +77,18 @@ class Rewrite:
     history: list[dict[str, str]] = field(default_factory=list)
     rejected: str | None = None  # a model's rewrite refused in favour of this one, and why
     answer: str = ""
+    started_at: float = 0.0  # wall clock (epoch seconds), as every step of a run
+    duration_s: float = 0.0
 
     def to_step(self) -> Step:
         outputs: dict[str, Any] = {"question": self.question, "method": self.method, "subject": self.subject,
                                    "referents": list(self.referents)}
         if self.rejected:
             outputs["rejected_llm_rewrite"] = self.rejected
-        return Step(index=0, kind="rewrite", name="conversation_rewrite",
-                    inputs={"question": self.original, "history": list(self.history),
-                            "previous_questions": [t["content"] for t in self.history if t["role"] == "user"]},
-                    outputs=outputs)
+        inputs = {"question": self.original, "history": list(self.history),
+                  "previous_questions": [t["content"] for t in self.history if t["role"] == "user"]}
+        return Step(index=0, kind="rewrite", name="conversation_rewrite", inputs=inputs, outputs=outputs,
+                    started_at=self.started_at, duration_s=self.duration_s)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,6 +148,13 @@ def rewrite_followup(messages: Sequence[Any], *, mode: str = "deterministic", ch
     """
     if mode not in REWRITE_MODES:
         raise ValueError(f"unknown conversation rewrite {mode!r}: expected one of {', '.join(REWRITE_MODES)}")
+    started, clock = time.time(), time.perf_counter()
+    rewrite = _rewrite_turns(messages, mode, chat_generator, endpoint)
+    rewrite.started_at, rewrite.duration_s = started, time.perf_counter() - clock
+    return rewrite
+
+
+def _rewrite_turns(messages: Sequence[Any], mode: str, chat_generator: Any, endpoint: str | None) -> Rewrite:
     turns = as_turns(messages)
     while turns and turns[-1].role != "user":
         turns.pop()

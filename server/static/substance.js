@@ -64,6 +64,14 @@ function decisionLine(decision) {
  * @param {any} step a step as streamed (`step` events) or stored (trace steps)
  * @returns {Array<[string, string]>}
  */
+/** Why a generation step kept no answer, in the words of the answer's note (docqa.extractive_fallback). */
+function noAnswerWhy(outputs) {
+  if (outputs.finish_reason === "length") return "none: the reply was cut at the token limit";
+  const calls = Array.isArray(outputs.llm_calls) ? outputs.llm_calls : [];
+  const replied = calls.some((call) => call && typeof call.response === "string" && call.response.trim());
+  return replied ? "none: the model only repeated the question or prompt" : "none: the model gave no answer";
+}
+
 export function stepSubstance(step) {
   const inputs = obj(step && step.inputs);
   const outputs = obj(step && step.outputs);
@@ -113,7 +121,7 @@ export function stepSubstance(step) {
     lines.push(["Fallback", `${str(inputs.reason) || "no usable answer"}: ${Array.isArray(outputs.sentences) ? outputs.sentences.length : 0} sentence(s) quoted`]);
   }
   if (["generation", "reasoning", "synthesis"].includes(kind) && typeof outputs.answer === "string") {
-    lines.push(["Answer", outputs.answer ? short(outputs.answer) : "(empty)"]);
+    lines.push(["Answer", outputs.answer ? short(outputs.answer) : noAnswerWhy(outputs)]);
   }
   if (outputs.stop_reason) lines.push(["Stopped", str(outputs.stop_reason).replaceAll("_", " ")]);
   return lines;

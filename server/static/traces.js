@@ -63,9 +63,14 @@ function llmCall(call, index) {
     block("Response", String(call.response ?? "")));
 }
 
+function isStart(value) {
+  return typeof value === "number" && Number.isFinite(value) && value > 0;
+}
+
 function stepNode(step, children, startedAt) {
   const tokens = (step.prompt_tokens || 0) + (step.completion_tokens || 0);
-  const offsetS = typeof step.started_at === "number" ? step.started_at - startedAt : null;
+  // A step without a start time (0: recorded outside the run's clock) has no offset rather than an epoch one.
+  const offsetS = isStart(step.started_at) ? step.started_at - startedAt : null;
   const head = [`#${step.position}`, step.kind, step.name, `+${seconds(offsetS)}`, seconds(step.duration_s)];
   if (step.llm_calls) head.push(`${step.llm_calls} LLM call(s), ${tokens} tokens (${step.prompt_tokens} + ${step.completion_tokens})`);
   const label = treeNodeLabel(step);
@@ -92,7 +97,7 @@ function stepNode(step, children, startedAt) {
 
 export function stepTree(steps) {
   const sorted = [...steps].sort((a, b) => a.position - b.position);
-  const startedAt = Math.min(...sorted.map((s) => (typeof s.started_at === "number" ? s.started_at : Infinity)));
+  const startedAt = Math.min(...sorted.map((s) => (isStart(s.started_at) ? s.started_at : Infinity)));
   const byParent = new Map();
   const positions = new Set(sorted.map((s) => s.position));
   for (const step of sorted) {

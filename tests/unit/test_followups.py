@@ -203,3 +203,12 @@ def test_settings_choose_the_method_and_a_down_model_falls_back() -> None:
 ])
 def test_lists_appositions_noun_phrases_and_titles(texts: tuple[str, ...], expected: str) -> None:
     assert rewrite_followup(exchange(*texts)).question == expected
+
+
+def test_the_rewrite_step_carries_the_wall_clock_of_the_run() -> None:
+    import time
+
+    before = time.time()
+    step = rewrite_followup(exchange("Who leads Project Halcyon?", "Dana.", "Where did she study?")).to_step()
+    assert before <= step.started_at <= time.time()  # never 0: a trace's offsets are measured from it
+    assert 0 <= step.duration_s < 5
