@@ -24,6 +24,9 @@ python -m pip install --quiet -e ".[local-llm,test]"
 
 # The web UI tests drive Debian's chromium through playwright (never `playwright install`: no downloads).
 command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
+# IMAP sources are tested against a real Dovecot, started by the tests on a loopback port.
+command -v dovecot >/dev/null || [ -x /usr/sbin/dovecot ] || \
+  (apt-get update && apt-get install -y --no-install-recommends dovecot-imapd)
 # OCR of scanned PDF pages and images: Debian's Tesseract and its English language data.
 command -v tesseract >/dev/null || (apt-get update && apt-get install -y --no-install-recommends tesseract-ocr \
   tesseract-ocr-eng)

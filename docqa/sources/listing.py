@@ -86,7 +86,7 @@ def open_listing(source_type: str, config: dict[str, Any], known: Known, *, sett
     elif source_type == "imap":
         from docqa.sources.imap import imap_listing
 
-        with imap_listing(config) as listing:
+        with imap_listing(config, settings.max_file_bytes) as listing:
             yield listing
     else:
         raise DocqaError(f"unknown source type {source_type!r}")
