@@ -166,6 +166,13 @@ class Settings(BaseSettings):
     contregen_max_breadth: int = Field(default=5, ge=1, le=10)
     contregen_concurrency: int = Field(default=4, ge=1, le=32)
 
+    # Sources kept in sync (`docqa sources`). Folders, local Git repositories and ACL map files an admin may name
+    # through the HTTP API must lie under one of these directories (os.pathsep-separated; empty: none, only the
+    # CLI may define them); hosts named through the API must be public unless web_fetch_allow_private.
+    # `docqa serve` runs the scheduled syncs that are due when sources_scheduler is on (without a broker's beat).
+    sources_roots: str = ""
+    sources_scheduler: bool = False
+
     # Services used by later layers; None means the embedded default.
     database_url: str | None = None
     broker_url: str | None = None
