@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -270,9 +271,30 @@ def cmd_llm(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.action == "start":
         print(local_server.ensure_local_llm(settings))
-    elif args.action == "stop":
-        local_server.stop_local_llm(settings)
-    return 0
+        return 0
+    running = local_server.local_llm_status(settings)
+    uptime = f", up {_duration(time.time() - running[1])}" if running and running[1] else ""
+    if args.action == "stop":
+        stopped = local_server.stop_local_llm(settings)
+        if stopped and running:
+            print(f"stopped the {running[0]}{uptime}")
+        else:
+            print(f"no local LLM server was running for {settings.data_dir}")
+        return 0
+    if settings.llm_base_url:
+        print(f"models are served by {settings.llm_base_url} (DOCQA_LLM_BASE_URL), model {settings.llm_model}")
+    if running:
+        print(f"running: {running[0]}{uptime}; log {local_server.log_path(settings)}")
+        return 0
+    print(f"not running for {settings.data_dir}" + ("" if settings.llm_base_url else
+          ": it starts with the first question that needs the model, or now with `docqa llm start`"))
+    return 1
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(max(0.0, seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min {secs} s" if minutes else f"{secs} s"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -335,7 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_topics)
 
     p = sub.add_parser("llm", help="manage the embedded local LLM server")
-    p.add_argument("action", choices=["start", "stop"])
+    p.add_argument("action", choices=["start", "stop", "status"],
+                   help="start: start it now; stop: stop it and say what was stopped; status: whether it runs "
+                        "(exit 0) or not (exit 1), its address, model and uptime")
     p.set_defaults(handler=cmd_llm)
 
     _add_optional_commands(sub)

@@ -114,6 +114,18 @@ def stop_local_llm(settings: Settings) -> bool:
         return state is not None and _terminate(state.get("pid"))
 
 
+def local_llm_status(settings: Settings) -> tuple[LocalLLM, float] | None:
+    """The data directory's running server and its start time (epoch seconds), or None when none runs.
+
+    Reads the state file only: it neither starts a server nor waits for one busy generating.
+    """
+    directory = server_dir(settings)
+    state = _read_state(directory) if directory.exists() else None
+    if state is None or not _is_our_server(state.get("pid")):
+        return None
+    return _local_llm(state), float(state.get("started_at") or 0.0)
+
+
 def _require_server_modules() -> None:
     missing = [name for name in _SERVER_MODULES if importlib.util.find_spec(name) is None]
     if missing:
