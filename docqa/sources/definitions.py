@@ -239,3 +239,56 @@ def secret_from_env(variable: str) -> str:
 
 def _find(session: Session, tenant: str, name: str) -> SyncSource | None:
     return session.scalars(select(SyncSource).where(SyncSource.tenant == tenant, SyncSource.name == name)).first()
+
+
+def check_remote_definition(settings: Settings, source_type: str, config: dict[str, Any],
+                            acl_map: str | None) -> None:
+    """What an admin may name through the HTTP API, beyond what the CLI's operator may: local paths (folders,
+    repositories, ACL maps) only under `DOCQA_SOURCES_ROOTS`, and hosts only on public addresses unless
+    `DOCQA_WEB_FETCH_ALLOW_PRIVATE` (so a tenant's admin cannot make the server read its own files or network).
+    Raises `InvalidSourceError` naming what is refused."""
+    config = check_config(source_type, config)
+    local: list[str] = [acl_map] if acl_map else []
+    hosts: list[str] = []
+    if source_type == "folder":
+        local.append(config["path"])
+    elif source_type == "git":
+        url = config["url"]
+        parts = urlsplit(url)
+        if parts.scheme == "file":
+            local.append(parts.path)
+        elif parts.scheme in ("http", "https", "ssh", "git"):
+            hosts.append(parts.hostname or "")
+        elif re.fullmatch(r"[\w.-]+@[\w.-]+:.*", url):  # scp-like ssh
+            hosts.append(url.split("@", 1)[1].split(":", 1)[0])
+        else:
+            local.append(url)
+    elif source_type == "website":
+        hosts.append(urlsplit(config["url"]).hostname or "")
+    elif source_type == "imap":
+        hosts.append(config["host"])
+    roots = [Path(root).resolve() for root in settings.sources_roots.split(os.pathsep) if root.strip()]
+    for path in local:
+        resolved = Path(path).expanduser().resolve()
+        if not any(resolved == root or root in resolved.parents for root in roots):
+            raise InvalidSourceError(f"{path} is not under a directory the API may name (DOCQA_SOURCES_ROOTS)")
+    if not settings.web_fetch_allow_private:
+        for host in hosts:
+            _check_public_host(host)
+
+
+def _check_public_host(host: str) -> None:
+    import ipaddress
+    import socket
+
+    from docqa.components.web_page_reader import is_public_address
+
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise InvalidSourceError(f"cannot resolve {host}") from exc
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+        if not is_public_address(address):
+            raise InvalidSourceError(f"{host} resolves to a non-public address ({address}); the API may name it "
+                                     "only with DOCQA_WEB_FETCH_ALLOW_PRIVATE")

@@ -94,13 +94,15 @@ def remove_source(settings: Settings, tenant: str, name: str, *, actor: str, kee
     return deleted
 
 
-def start_serve_scheduler(settings: Settings, stop: threading.Event, interval_s: float = 30.0) -> threading.Thread:
-    """A daemon thread of `docqa serve` that runs the scheduled syncs that are due, until `stop` is set."""
+def start_serve_scheduler(settings: Settings, stop: threading.Event, interval_s: float = 30.0,
+                          runtime: Any | None = None) -> threading.Thread:
+    """A daemon thread of `docqa serve` that runs the scheduled syncs that are due, until `stop` is set
+    (`runtime`: the server's, so syncs write through the store it has open)."""
 
     def loop() -> None:
         while not stop.wait(interval_s):
             try:
-                sync_due(settings, actor="scheduler", scheduled_only=True)
+                sync_due(settings, actor="scheduler", scheduled_only=True, runtime=runtime)
             except Exception:  # the next round tries again; the server keeps answering
                 logger.exception("scheduled source sync failed")
 
