@@ -63,7 +63,7 @@ class StaleItemSweep(bootsteps.StartStopStep):
 
 
 def create_celery_app(broker_url: str | None, visibility_timeout_s: int) -> Celery:
-    app = Celery("docqa", broker=broker_url or "memory://", include=["docqa.ingestion.tasks"])
+    app = Celery("docqa", broker=broker_url or "memory://", include=["docqa.ingestion.tasks", "docqa.sources.tasks"])
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -78,6 +78,9 @@ def create_celery_app(broker_url: str | None, visibility_timeout_s: int) -> Cele
         broker_transport_options={"visibility_timeout": visibility_timeout_s},
         task_time_limit=max(visibility_timeout_s - 2, int(visibility_timeout_s * 0.9)),
         task_soft_time_limit=max(visibility_timeout_s - 4, int(visibility_timeout_s * 0.8)),
+        # `docqa sources beat` sends this every minute; the task syncs the sources whose schedule is due.
+        beat_schedule={"sources-sync-due": {"task": "docqa.sources.sync_due", "schedule": 60.0,
+                                            "options": {"expires": 55}}},
     )
     app.steps["worker"].add(StaleItemSweep)
     return app

@@ -126,6 +126,20 @@ def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_beat(args: argparse.Namespace, settings: Settings) -> int:
+    from docqa.errors import DocqaError
+
+    if not settings.broker_url:
+        raise DocqaError("docqa sources beat needs DOCQA_BROKER_URL; without a broker, run "
+                         "`docqa sources sync --all` from cron or set DOCQA_SOURCES_SCHEDULER for docqa serve")
+    import docqa.sources.tasks  # noqa: F401 - registers the task the schedule names
+    from docqa.ingestion.celery_app import app
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    app.Beat(loglevel=args.loglevel, schedule=str(settings.data_dir / "celerybeat-schedule")).run()
+    return 0
+
+
 def add_sources_commands(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("sources", help="sources kept in sync: folders, Git repositories, mailboxes, sites")
     commands = parser.add_subparsers(dest="sources_command", required=True)
@@ -184,6 +198,10 @@ def add_sources_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-documents", dest="keep_documents", action="store_true")
     tenant(p)
     p.set_defaults(handler=cmd_remove)
+
+    p = commands.add_parser("beat", help="with a broker: send the due-sync task every minute (one per deployment)")
+    p.add_argument("--loglevel", default="INFO")
+    p.set_defaults(handler=cmd_beat)
 
     p = commands.add_parser("watch", help="watch a folder source and sync it after every change")
     p.add_argument("name")

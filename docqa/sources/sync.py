@@ -126,6 +126,8 @@ class _Run:
         self._runtime = runtime
         self._embedder = embedder
         self.report = report
+        # Items this run settled from an earlier run's queue: counted once, not again as unchanged.
+        self.settled: set[str] = set()
 
     @property
     def runtime(self) -> Any:
@@ -233,7 +235,8 @@ def _sync_listing(run: _Run, say: Callable[[str], None]) -> None:
                 run.fail(item.key, f"cannot read: {getattr(exc, 'message', None) or exc}")
                 continue
             if work is None:
-                run.report.unchanged += 1
+                if item.key not in run.settled:
+                    run.report.unchanged += 1
             elif entry is not None and entry.status == ENTRY_SYNCED and work.fingerprint == entry.fingerprint:
                 access_only.append(work)
             else:
@@ -404,6 +407,7 @@ def _settle(run: _Run, item_ids: list[int]) -> None:
                 continue
             if item.status not in ITEM_FINAL:
                 continue
+            run.settled.add(entry.key)
             if item.status in (ITEM_WRITTEN, ITEM_SKIPPED):
                 was_new = entry.fingerprint is None
                 entry.fingerprint, entry.quick = entry.pending_fingerprint, entry.pending_quick
