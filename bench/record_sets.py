@@ -451,7 +451,8 @@ def main() -> None:
                 started = time.perf_counter()
                 result = pipeline.run(question, scope, as_of=as_of.strftime(UTC_TEXT), patient_id=asked_for)
                 latencies.append(time.perf_counter() - started)
-                table = result.steps[-1].outputs.get("table") if result.steps[-1].kind == "record_table" else None
+                # The record table step, wherever it is (the grounding step follows it).
+                table = next((s.outputs.get("table") for s in reversed(result.steps) if s.kind == "record_table"), None)
                 ids = [row["record_id"] for row in table["rows"]] if table else []
                 if kind in ("HbA1c trend, 3 years", "cholesterol since YEAR") and table and table["rows"]:
                     dates = [_instant(row["date"]) for row in table["rows"]]
