@@ -143,26 +143,30 @@ def _hashed_text(sections: Sequence[Section], pieces: Sequence[tuple[str, dict[s
     return _SEPARATOR.join(f"{meta.get('location', '')}{_SEPARATOR}{content}" for content, meta in pieces)
 
 
+# A table chunk holds `chunk_words` x this many characters: numbers and pipes cost an embedding model more tokens
+# per character than prose does, and at 200 words this is about what MiniLM's 256 tokens hold.
+TABLE_CHARS_PER_WORD = 3
+
+
 def table_windows(table: Table, chunk_words: int) -> list[tuple[int, int, str]]:
     """(first row, last row, Markdown) per chunk of a table: the sheet's name and header, then as many rows as fit
-    in `chunk_words` words (at least one)."""
+    in `chunk_words * TABLE_CHARS_PER_WORD` characters (at least one)."""
     head = f"Sheet: {table.sheet}\n{table.header_lines()}" if table.sheet else table.header_lines()
-    budget = max(chunk_words - len(head.split()), 1)
+    budget = max(chunk_words * TABLE_CHARS_PER_WORD - len(head), 1)
     windows: list[tuple[int, int, str]] = []
     lines: list[str] = []
     first = last = 0
     used = 0
     for number, cells in table.rows:
         line = table.row_line(cells)
-        words = len(line.split())
-        if lines and used + words > budget:
+        if lines and used + len(line) + 1 > budget:
             windows.append((first, last, "\n".join([head, *lines])))
             lines, used = [], 0
         if not lines:
             first = number
         lines.append(line)
         last = number
-        used += words
+        used += len(line) + 1
     if lines:
         windows.append((first, last, "\n".join([head, *lines])))
     return windows
