@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from docqa.access import DEFAULT_COLLECTION, EVERYONE, AccessScope
+from docqa.cli_output import Spinner, announce_embedding_export, quiet_third_party
 from docqa.errors import DocqaError
 from docqa.settings import Settings
 
@@ -39,6 +40,17 @@ def _load_strategy_files(settings: Settings) -> list[str]:
 
 
 def cmd_pipelines(args: argparse.Namespace, settings: Settings) -> int:
+    if getattr(args, "pipelines_command", None) is None and settings.pipelines_dir is None:
+        from docqa.strategy_listing import builtin_strategies
+
+        try:
+            listed = builtin_strategies()  # read from the sources: no Haystack, no PyTorch, no model
+        except LookupError:
+            pass
+        else:
+            for name, description in listed:
+                print(f"{name:14} {description}")
+            return 0
     from docqa.pipelines.registry import available_pipelines
 
     errors = _load_strategy_files(settings)
@@ -67,6 +79,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise DocqaError(f"no such file or directory: {', '.join(missing)}")
+    announce_embedding_export(settings)
     report = ingest_paths(
         _runtime(settings), paths, tenant=args.tenant or settings.tenant, access=args.allow or [EVERYONE],
         progress=not args.quiet, collection=args.collection,
@@ -165,10 +178,12 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
         options["top_k"] = args.top_k
     run_options = {name: value for name, value in (("as_of", args.as_of), ("patient_id", args.patient),
                                                    ("record_offset", args.record_offset)) if value is not None}
-    result = _run_question(
-        settings, _runtime(settings), args.pipeline, args.question, _scope(settings, args),
-        asked_by=args.asked_by, options=options, run_options=run_options,
-    )
+    announce_embedding_export(settings)
+    with Spinner(f"answering with {args.pipeline}"):
+        result = _run_question(
+            settings, _runtime(settings), args.pipeline, args.question, _scope(settings, args),
+            asked_by=args.asked_by, options=options, run_options=run_options,
+        )
     _print_result(result, args.json)
     return 0
 
@@ -178,6 +193,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from docqa.ingestion.pipeline import ingest_paths
 
     runtime = _runtime(settings)
+    announce_embedding_export(settings)
     corpus = resources.files("docqa").joinpath("sample_corpus")
     with resources.as_file(corpus) as corpus_dir:
         paths = sorted(Path(corpus_dir).glob("*.md"))
@@ -186,7 +202,8 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     question = args.question or DEMO_QUESTION
     print(f"\nQuestion: {question}\n")
     scope = AccessScope(tenant=settings.tenant)
-    result = _run_question(settings, runtime, args.pipeline, question, scope, asked_by="cli-demo", options={})
+    with Spinner(f"answering with {args.pipeline}"):
+        result = _run_question(settings, runtime, args.pipeline, question, scope, asked_by="cli-demo", options={})
     _print_result(result, args.json)
     return 0
 
@@ -297,7 +314,12 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes} min" if hours else f"{minutes} min {secs} s" if minutes else f"{secs} s"
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Commands defined here: running one of them needs none of the optional command modules (some import Haystack).
+CORE_COMMANDS = frozenset({"pipelines", "ingest", "ask", "demo", "records", "topics", "llm"})
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; for a `command` of CORE_COMMANDS, without the optional commands (a faster start)."""
     parser = argparse.ArgumentParser(prog="docqa", description="Enterprise document question answering.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -362,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(exit 0) or not (exit 1), its address, model and uptime")
     p.set_defaults(handler=cmd_llm)
 
-    _add_optional_commands(sub)
+    if command not in CORE_COMMANDS:
+        _add_optional_commands(sub)
     return parser
 
 
@@ -393,9 +416,15 @@ def _add_optional_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Before anything imports the libraries whose warnings and progress bars are hidden without -v.
+    quiet_third_party(verbose=any(a in ("-v", "--verbose") for a in argv))
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    if args.verbose:
+        logging.getLogger().setLevel(logging.INFO)
     try:
         settings = Settings()
     except ValidationError as exc:

@@ -32,3 +32,9 @@ def test_demo_prints_an_answer_line_with_a_citation(local_llm_settings, tmp_path
     if answer_lines[0].startswith("No answer from the model"):
         assert cited[0].startswith("Extracted: Employees submit expense reports within 30 days"), proc.stdout
     assert "expense_policy.md" in sources, proc.stdout
+    # A first run is quiet: no library warnings, advice or progress bars, only docqa's one line for the export.
+    noise = [line for line in proc.stderr.splitlines()
+             if re.search(r"warn|%\||it/s|Loading weights|advice|Please consider", line, re.IGNORECASE)]
+    assert noise == [], proc.stderr
+    assert all(line.startswith("preparing the embedding model") or not line.strip()
+               for line in proc.stderr.splitlines()), proc.stderr
