@@ -1,0 +1,248 @@
+"""Folder, IMAP and watched-folder figures for sources kept in sync (`docqa sources`).
+
+1. A folder of N files (default 10,000) made from the shared corpora (HotpotQA and MuSiQue passages one per file,
+   ODSum stories cut into pieces to reach N), in folders of 500: the first sync's time and chunks/s.
+2. A re-sync with 1% of the files changed and 0.5% deleted: its time, and the chunks re-embedded, which must be
+   exactly the changed files' chunks.
+3. With `--imap N` (Dovecot installed): N mail messages, every other one with a PDF attachment, over IMAP on
+   loopback: the first sync's time.
+4. With `--watch`: the time from a change in a watched folder (`docqa sources watch`, 1 s look interval) to the
+   new text being among the top 5 passages of a dense retrieval for a question, as a reader of the source (what
+   an answer is generated from; no model call).
+
+Real embedder (the configured one, packaged MiniLM by default), the embedded store and SQLite in a temporary
+data directory, no broker (items processed in this process through the ingestion queue's tables). Prints;
+asserts nothing.
+
+    nice python bench/sources_sync.py --files 10000 [--imap 1000] [--watch]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval and tests are checkout folders
+
+from docqa.runtime import Runtime
+from docqa.settings import Settings
+from docqa.sources.definitions import define_source
+from docqa.sources.sync import sync_source
+from docqa_eval.datasets import shared_data_dir
+
+
+class CountingRuntime(Runtime):
+    """The configured runtime, counting the chunks its document embedder is given."""
+
+    embedded = 0
+
+    def document_embedder(self) -> Any:
+        inner = super().document_embedder()
+        runtime = self
+
+        class Counting:
+            def warm_up(self) -> None:
+                inner.warm_up()
+
+            def run(self, documents: list[Any]) -> dict[str, Any]:
+                CountingRuntime.embedded += len(documents)
+                return inner.run(documents=documents)
+
+        runtime._counting = Counting()  # type: ignore[attr-defined]
+        return runtime._counting  # type: ignore[attr-defined]
+
+
+def corpus_texts(count: int) -> list[tuple[str, str]]:
+    data = shared_data_dir()
+    hotpot = json.loads((data / "multihop" / "hotpotqa_train_corpus.json").read_text(encoding="utf-8"))
+    texts = [(f"hotpot-{i:05d}", title + "\n\n" + " ".join(sentences))
+             for i, (title, sentences) in enumerate(hotpot.items())]
+    musique = json.loads((data / "multihop" / "musique_train_corpus.json").read_text(encoding="utf-8"))
+    texts += [(f"musique-{i:05d}", p["title"] + "\n\n" + p["text"]) for i, p in enumerate(musique)]
+    words: list[list[str]] = []
+    for split in ("train", "dev", "test"):
+        for line in (data / "longform" / "odsum_story" / f"{split}.jsonl").read_text(encoding="utf-8").splitlines():
+            words.append(" ".join(json.loads(line)["divided_document"]).split())
+    needed = max(count - len(texts), 1)
+    per_part = max(sum(len(w) for w in words) // needed, 20)
+    for story, story_words in enumerate(words):
+        for start in range(0, len(story_words), per_part):
+            texts.append((f"odsum-{story:03d}-{start // per_part:04d}", " ".join(story_words[start:start + per_part])))
+    return texts[:count]
+
+
+def write_folder(root: Path, texts: list[tuple[str, str]]) -> list[Path]:
+    files = []
+    for index, (name, text) in enumerate(texts):
+        folder = root / f"part{index // 500:03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name}.txt"
+        path.write_text(text, encoding="utf-8")
+        files.append(path)
+    return files
+
+
+def folder_figures(settings: Settings, runtime: CountingRuntime, count: int, root: Path) -> None:
+    texts = corpus_texts(count)
+    files = write_folder(root / "share", texts)
+    print(f"folder: {len(files)} files from the shared corpora ({sum(len(t) for _, t in texts) / 1e6:.1f} MB)")
+    define_source(settings, name="share", type="folder", tenant="bench", config={"path": str(root / "share")},
+                  allow=["group:bench"])
+    embedder = runtime.document_embedder()
+    started = time.perf_counter()
+    embedder.warm_up()
+    print(f"embedder load: {time.perf_counter() - started:.1f} s (not counted)")
+    CountingRuntime.embedded = 0
+    first = sync_source(settings, tenant="bench", name="share", runtime=runtime, embedder=embedder,
+                        on_progress=lambda line: print("  " + line, file=sys.stderr))
+    print(f"first sync: {first.summary()}")
+    print(f"  {first.chunks_written} chunks in {first.seconds:.1f} s = {first.chunks_written / first.seconds:.1f} "
+          f"chunks/s ({len(files) / first.seconds:.1f} files/s)")
+
+    rng = random.Random(31)
+    chosen = rng.sample(files, k=max(1, len(files) // 100) + max(1, len(files) // 200))
+    changed, deleted = chosen[: max(1, len(files) // 100)], chosen[max(1, len(files) // 100):]
+    for path in changed:
+        path.write_text(path.read_text(encoding="utf-8") + "\n\nRevised on 2026-11-26 by the records office.",
+                        encoding="utf-8")
+    for path in deleted:
+        path.unlink()
+    CountingRuntime.embedded = 0
+    again = sync_source(settings, tenant="bench", name="share", runtime=runtime, embedder=embedder)
+    expected = sum(len(c) for c in _chunks_of(runtime, [f"share:{p.relative_to(root / 'share').as_posix()}"
+                                                        for p in changed]).values())
+    print(f"re-sync ({len(changed)} changed = 1%, {len(deleted)} deleted = 0.5%): {again.summary()}")
+    print(f"  chunks re-embedded: {CountingRuntime.embedded} (the changed files hold {expected} chunks); "
+          f"chunks written {again.chunks_written}")
+    nothing = sync_source(settings, tenant="bench", name="share", runtime=runtime, embedder=embedder)
+    print(f"no-change sync: {nothing.summary()}")
+
+
+def _chunks_of(runtime: Runtime, document_ids: list[str]) -> dict[str, list[Any]]:
+    found: dict[str, list[Any]] = {}
+    docs = runtime.document_store.filter_documents(filters={"operator": "AND", "conditions": [
+        {"field": "meta.tenant", "operator": "==", "value": "bench"},
+        {"field": "meta.source_id", "operator": "in", "value": document_ids}]})
+    for doc in docs:
+        found.setdefault(doc.meta["source_id"], []).append(doc)
+    return found
+
+
+def imap_figures(settings: Settings, runtime: CountingRuntime, count: int) -> None:
+    from email.message import EmailMessage
+
+    from tests.support.dovecot import DovecotServer, dovecot_available
+    from tests.support.sample_files import pdf_bytes
+
+    if not dovecot_available():
+        print("imap: skipped (dovecot is not installed; scripts/test.sh installs dovecot-imapd)")
+        return
+    texts = corpus_texts(count)
+    with DovecotServer(user="bench", password="bench-pass") as server:
+        connection = server.client()
+        started = time.perf_counter()
+        for index, (name, text) in enumerate(texts):
+            mail = EmailMessage()
+            mail["From"], mail["To"], mail["Subject"] = "clerk@example.org", "bench@example.org", name
+            mail.set_content(text)
+            if index % 2 == 0:
+                mail.add_attachment(pdf_bytes([f"Attachment of {name}: reference {index:05d}"]),
+                                    maintype="application", subtype="pdf", filename=f"{name}.pdf")
+            server.append("INBOX", bytes(mail), connection)
+        connection.logout()
+        print(f"imap: {count} messages ({count // 2 + count % 2} with a PDF attachment) appended in "
+              f"{time.perf_counter() - started:.1f} s")
+        os.environ["BENCH_IMAP_PASSWORD"] = "bench-pass"
+        define_source(settings, name="mail", type="imap", tenant="bench",
+                      config={"host": "127.0.0.1", "port": server.port, "tls": False, "user": "bench",
+                              "password_env": "BENCH_IMAP_PASSWORD", "folders": ["INBOX"]}, allow=[])
+        embedder = runtime.document_embedder()
+        embedder.warm_up()
+        report = sync_source(settings, tenant="bench", name="mail", runtime=runtime, embedder=embedder)
+        print(f"imap first sync: {report.summary()}; {report.chunks_written} chunks, "
+              f"{count / report.seconds:.1f} messages/s")
+        again = sync_source(settings, tenant="bench", name="mail", runtime=runtime, embedder=embedder)
+        print(f"imap no-change sync: {again.summary()}")
+
+
+def watch_figures(settings: Settings, runtime: CountingRuntime, root: Path) -> None:
+    from docqa.access import AccessScope
+    from docqa.sources.watch import watch_source
+
+    folder = root / "watched"
+    folder.mkdir()
+    (folder / "intro.txt").write_text("The watched folder holds the facilities notes of the Lyon office.")
+    define_source(settings, name="watched", type="folder", tenant="bench", config={"path": str(folder)},
+                  allow=["group:facilities"])
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch_source, args=(settings, "bench", "watched"),
+                               kwargs={"actor": "bench", "interval_s": 1.0, "stop": stop}, daemon=True)
+    watcher.start()
+    scope = AccessScope("bench", frozenset({"group:facilities"}))
+    question = "Which floor is the Lyon bicycle room on?"
+    retrieve = _retriever(runtime)
+    time.sleep(5)  # the first sync and the embedder load
+    (folder / "bikes.txt").write_text("The Lyon bicycle room is on the third basement floor, next to the showers.")
+    changed = time.perf_counter()
+    found = None
+    while time.perf_counter() - changed < 120:
+        passages = retrieve(question, scope)
+        if any("third basement floor" in (doc.content or "") for doc in passages):
+            found = time.perf_counter() - changed
+            break
+        time.sleep(0.2)
+    stop.set()
+    watcher.join(timeout=30)
+    print("watch: change to retrieval " + (f"{found:.1f} s" if found is not None else "not within 120 s")
+          + " (1 s look interval, 1 s quiet period, then the sync and a dense top-5 retrieval)")
+
+
+def _retriever(runtime: Runtime) -> Any:
+    from docqa.access import restrict
+
+    text_embedder = runtime.text_embedder()
+    if hasattr(text_embedder, "warm_up"):
+        text_embedder.warm_up()
+    def retrieve(question: str, scope: Any) -> list[Any]:
+        embedding = text_embedder.run(text=question)["embedding"]
+        store = runtime.document_store
+        return store.embedding_retrieval(query_embedding=embedding, filters=restrict(scope, None), top_k=5)
+
+    return retrieve
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--imap", type=int, default=0, help="also sync this many mail messages over IMAP")
+    parser.add_argument("--watch", action="store_true", help="also time a watched folder's change to retrieval")
+    args = parser.parse_args()
+    if not (shared_data_dir() / "multihop" / "hotpotqa_train_corpus.json").is_file():
+        sys.exit(f"skipped: shared data not found under {shared_data_dir()}")
+    with tempfile.TemporaryDirectory(prefix="docqa-sources-bench-") as tmp:
+        root = Path(tmp)
+        settings = Settings(data_dir=root / "data")
+        runtime = CountingRuntime(settings)
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        if args.files:
+            folder_figures(settings, runtime, args.files, root)
+        if args.imap:
+            imap_figures(settings, runtime, args.imap)
+        if args.watch:
+            watch_figures(settings, runtime, root)
+
+
+if __name__ == "__main__":
+    main()
