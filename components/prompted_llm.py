@@ -70,6 +70,7 @@ class PromptedLLM(SuperComponent):
         *,
         variables: list[str],
         outputs: Mapping[str, str],
+        required_variables: list[str] | None = None,
         max_tokens: int | None = None,
         output: Output = "text",
         schema: dict[str, Any] | None = None,
@@ -84,6 +85,8 @@ class PromptedLLM(SuperComponent):
         :param variables: the template variables, each an input of the step (whether a template uses it or not,
             so a deployer's template may drop one).
         :param outputs: parser output -> step output.
+        :param required_variables: the variables a run must give (all by default); a missing other one renders
+            as ''.
         :param max_tokens: completion token cap of the call.
         :param output: the reply's constraint ("text", "yes_no" or "json").
         :param schema: the JSON schema of a "json" reply.
@@ -99,9 +102,9 @@ class PromptedLLM(SuperComponent):
         prompt_node, llm_node, parser_node = f"{purpose}_prompt", f"{purpose}_llm", f"{purpose}_parser"
         self.step_kinds = {prompt_node: PROMPT_KIND, llm_node: llm_kind, parser_node: PARSE_KIND}
         pipeline = Pipeline()
+        required = list(variables if required_variables is None else required_variables)
         pipeline.add_component(prompt_node, ChatPromptBuilder(template=[ChatMessage.from_user(template)],
-                                                                 variables=list(variables),
-                                                                 required_variables=list(variables)))
+                                                              variables=list(variables), required_variables=required))
         pipeline.add_component(llm_node, ConstrainedGeneration(chat_generator, max_tokens=max_tokens, output=output,
                                                           schema=schema, purpose=purpose))
         pipeline.add_component(parser_node, parser)

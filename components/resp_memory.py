@@ -71,6 +71,10 @@ class ReSPMemory:
                 lines.append(f"- {entry.sub_question} Answer: {outcome}")
         return "\n".join(lines) if lines else "(nothing yet)"
 
+    def __str__(self) -> str:
+        # How a prompt template's `{{ memory }}` renders the memories.
+        return self.as_text()
+
     def word_count(self) -> int:
         return len(self.as_text().split()) if not self.is_empty else 0
 

@@ -64,6 +64,10 @@ class SubQuestionGuard:
         :returns: `repeated`; the `matched` asked question and the `method` ("text" or "embedding") when
             repeated, else None; `similarity`: the highest one computed (1.0 for a text match, None if none).
         """
+        return self.check(candidate, asked)
+
+    def check(self, candidate: str, asked: list[str]) -> dict[str, Any]:
+        """What `run` returns, for a component that checks its own candidates (ReSP's plan parser)."""
         normalized = normalize_question(candidate)
         words = sorted(normalized.split())
         for previous in asked:

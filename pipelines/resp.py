@@ -13,6 +13,8 @@ sends the next request or finishes with the stop reason:
     resp_controller --judge_memory--> resp_judge --sufficient--> resp_controller
     resp_controller --plan_memory, asked, rejected, attempt--> resp_planner --sub_question, accepted--> ...
     resp_controller --answer_memory--> memory_answer_generator --answer
+The judge, the planner and the generator are prompted LLM steps (`ChatPromptBuilder` -> model call -> typed
+parser, `docqa.components.prompted_llm`): each is one node here, its three inner runs child steps of its step.
     resp_controller --state--> loop_state (BranchJoiner) --value--> resp_controller
 
 Beyond the paper: a planned sub-question that repeats an asked one (normalised text or embedding similarity)
@@ -37,6 +39,7 @@ from haystack.components.joiners import BranchJoiner
 from docqa.components.dual_function_summarizer import DualFunctionSummarizer
 from docqa.components.memory_answer_generator import MemoryAnswerGenerator
 from docqa.components.prompt_templates import load_prompt, prompt_fingerprint
+from docqa.components.prompted_llm import inner_step_kinds
 from docqa.components.resp_controller import (
     STOP_JUDGED_SUFFICIENT,
     STOP_MAX_ITERATIONS,
@@ -167,8 +170,8 @@ class ReSPPipeline(HaystackStrategy):
             },
         }
         pipeline = build_resp_graph(retriever, summarizer, judge, planner, generator, max_iterations=max_iterations)
-        super().__init__("resp", pipeline, models=models, max_question_chars=max_question_chars, kinds=KINDS,
-                         summary=summary)
+        super().__init__("resp", pipeline, models=models, max_question_chars=max_question_chars,
+                         kinds={**inner_step_kinds(pipeline), **KINDS}, summary=summary)
         self.top_k = top_k
         self.max_iterations = max_iterations
 

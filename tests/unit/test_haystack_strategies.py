@@ -216,7 +216,8 @@ class TestReSPRoundTrip:
         for _, instance in loaded.walk():
             if isinstance(getattr(instance, "chat_generator", None), RoleChatGenerator):
                 instance.chat_generator.bind(llm)
-        again = HaystackStrategy("resp", loaded, max_question_chars=500, kinds=resp.KINDS)
+        again = HaystackStrategy("resp", loaded, max_question_chars=500,
+                                 kinds={**inner_step_kinds(loaded), **resp.KINDS})
 
         first, second = built.run("hotel limit per night?", ALICE), again.run("hotel limit per night?", ALICE)
         # The plan asks about the finance bonus, which Alice may not read: the retrieval brings nothing new.
