@@ -8,7 +8,6 @@ or `docqa serve`. Tests build the app in-process: `create_app(settings, runtime=
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,6 +26,7 @@ from docqa.server.api_errors import STATUS_CODES, ApiError, error_body
 from docqa.server.config import server_settings
 from docqa.server.context import ServerContext
 from docqa.server.limits import BodySizeLimitMiddleware, QuerySlots, build_rate_limiter
+from docqa.server.mcp.app import McpHttp
 from docqa.server.routes import (
     accounts,
     audit_events,
@@ -38,7 +38,6 @@ from docqa.server.routes import (
     openai_compat,
     passages,
     query,
-    sources,
     traces,
     ui,
 )
@@ -74,12 +73,13 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         token_verifier=build_token_verifier(config),
     )
 
+    mcp_http = McpHttp(context)
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        stop_scheduler = _start_sources_scheduler(config, context.runtime)
         with cancel_runs_on_signals(context):
-            yield
-        stop_scheduler.set()
+            async with mcp_http.running():
+                yield
         context.close()
 
     app = FastAPI(
@@ -99,19 +99,11 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     app.add_middleware(RejectNulMiddleware)
     _add_error_handlers(app)
     for module in (health, query, openai_compat, accounts, me, documents, passages, traces, feedback,
-                   conversations, audit_events, sources, ui):
+                   conversations, audit_events, ui):
         app.include_router(module.router)
+    # MCP over streamable HTTP, authenticated like the API (docqa.server.mcp).
+    app.add_route("/mcp", mcp_http.endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     return app
-
-
-def _start_sources_scheduler(config: Settings, runtime: Runtime) -> threading.Event:
-    # Due syncs run in every worker's thread; each source's lease in the database lets one of them run it.
-    stop = threading.Event()
-    if config.sources_scheduler:
-        from docqa.sources.scheduler import start_serve_scheduler
-
-        start_serve_scheduler(config, stop, runtime=runtime)
-    return stop
 
 
 def _record_answer_config(config: Settings) -> None:
