@@ -8,6 +8,7 @@ or `docqa serve`. Tests build the app in-process: `create_app(settings, runtime=
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -38,6 +39,7 @@ from docqa.server.routes import (
     openai_compat,
     passages,
     query,
+    sources,
     traces,
     ui,
 )
@@ -77,9 +79,11 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        stop_scheduler = _start_sources_scheduler(config, context.runtime)
         with cancel_runs_on_signals(context):
             async with mcp_http.running():
                 yield
+        stop_scheduler.set()
         context.close()
 
     app = FastAPI(
@@ -99,11 +103,21 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     app.add_middleware(RejectNulMiddleware)
     _add_error_handlers(app)
     for module in (health, query, openai_compat, accounts, me, documents, passages, traces, feedback,
-                   conversations, audit_events, ui):
+                   conversations, audit_events, sources, ui):
         app.include_router(module.router)
     # MCP over streamable HTTP, authenticated like the API (docqa.server.mcp).
     app.add_route("/mcp", mcp_http.endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     return app
+
+
+def _start_sources_scheduler(config: Settings, runtime: Runtime) -> threading.Event:
+    # Due syncs run in every worker's thread; each source's lease in the database lets one of them run it.
+    stop = threading.Event()
+    if config.sources_scheduler:
+        from docqa.sources.scheduler import start_serve_scheduler
+
+        start_serve_scheduler(config, stop, runtime=runtime)
+    return stop
 
 
 def _record_answer_config(config: Settings) -> None:
