@@ -6,6 +6,11 @@ id of records, or a chunk id as traces cite it) was ingested and not deleted sin
 document's latest write still held that chunk); and the document's access list then named `everyone`, the
 user, or a group the user was a member of. A principal `group:<name>` is judged on the access list alone.
 
+A document may also be named as citations display it: its file name or the end of its path
+("travel-policy.md", "policies/travel-policy.md"). That finds documents ingested under their path below the
+ingested folder and those ingested before, under their absolute path, alike. A name that fits several documents
+decides nothing: the answer is "no" with the `candidates` to choose from.
+
 The answer is only as complete as the event history: users, memberships and documents created before events
 were recorded have no events, and the answer fails closed ("no") and says so.
 
@@ -43,6 +48,9 @@ class AccessAnswer:
     at: str
     reasons: list[str] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    # Set when `document` was a displayed name: the source id it stands for, or the ids it could stand for.
+    resolved: str | None = None
+    candidates: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +85,14 @@ def replay_access(session: Session, *, tenant: str, principal: str, document: st
         )
         if as_utc(row.at) <= when
     ]
+    document, ambiguous = resolve_document(rows, document)
+    if ambiguous:
+        answer.candidates = ambiguous
+        answer.reasons.append(f"{answer.document!r} names {len(ambiguous)} documents: "
+                              f"{', '.join(ambiguous)}; ask about one of them")
+        return answer
+    if document != answer.document:
+        answer.resolved = document
     access, document_events = _document_access(rows, document, answer.reasons)
     principals = {principal, EVERYONE}
     active = True
@@ -100,6 +116,25 @@ def replay_access(session: Session, *, tenant: str, principal: str, document: st
     ordered = sorted(decisive.values(), key=lambda e: e.seq)
     answer.events = [event_dict(e, tenant_numbers=tenant_numbers) for e in ordered]
     return answer
+
+
+def resolve_document(rows: list[AuditEvent], name: str) -> tuple[str, list[str]]:
+    """The source id `name` stands for, and the candidate source ids when it stands for several.
+
+    An exact source id, patient id or chunk id is kept as it is. Otherwise a name that is the file name or the
+    end of the path of ingested documents (by `/` components) names them.
+    """
+    targets = {e.target for e in rows if e.action in _DOCUMENT_ACTIONS and e.target}
+    names = {t.removeprefix("document:").removeprefix("patient:") for t in targets}
+    if name in names or any(_mentions(e, name) for e in rows if e.action in _DOCUMENT_ACTIONS):
+        return name, []
+    tail = name.strip().replace("\\", "/").strip("/")
+    if not tail:
+        return name, []
+    matches = sorted({n for n in names if n.replace("\\", "/").endswith("/" + tail) or n == tail})
+    if len(matches) == 1:
+        return matches[0], []
+    return name, matches
 
 
 def _mentions(event: AuditEvent, document: str) -> bool:

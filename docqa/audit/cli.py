@@ -71,7 +71,9 @@ def add_audit_commands(subparsers: argparse._SubParsersAction) -> None:
 
     access = commands.add_parser("access", help="could a principal read a document at a time? (exit 0 yes, 1 no)")
     access.add_argument("--principal", required=True, help="user:<id> or group:<name>")
-    access.add_argument("--document", required=True, help="a document source id, patient id or chunk id")
+    access.add_argument("--document", required=True,
+                        help="a document's source id, its displayed name (file name or the end of its path), a "
+                             "patient id or a chunk id; a name several documents share lists them (exit 2)")
     access.add_argument("--at", type=_timestamp, required=True, help="ISO date/time (UTC unless given)")
     access.add_argument("--tenant", help="tenant (default: DOCQA_TENANT)")
     access.add_argument("--json", action="store_true", help="print the answer as JSON")
@@ -202,14 +204,20 @@ def access_command(args: argparse.Namespace, settings: Settings) -> int:
         return _usage(str(exc))
     if args.json:
         print(json.dumps(answer.to_dict(), indent=2, ensure_ascii=False))
+    elif answer.candidates:
+        print(f"{args.document!r} names {len(answer.candidates)} documents in tenant {tenant}; ask about one:")
+        print("\n".join(f"  {candidate}" for candidate in answer.candidates))
     else:
         verdict = "YES" if answer.allowed else "NO"
+        named = f"{answer.document} ({answer.resolved})" if answer.resolved else answer.document
         print(f"{verdict}: {answer.principal} {'could' if answer.allowed else 'could not'} read "
-              f"{answer.document} in tenant {tenant} at {answer.at}")
+              f"{named} in tenant {tenant} at {answer.at}")
         print("\n".join(f"  because {reason}" for reason in answer.reasons))
         for event in answer.events:
             print(f"  event {event['seq']} {event['at']} {event['action']} {event['target']} by {event['actor']}"
                   f" (request {event['request_id']})")
+    if answer.candidates:
+        return USAGE
     return OK if answer.allowed else FAILED
 
 

@@ -42,6 +42,8 @@ class AccessOut(BaseModel):
     at: str
     reasons: list[str]
     events: list[dict[str, Any]]
+    resolved: str | None = None  # the source id a displayed name stood for
+    candidates: list[str] = []  # the source ids an ambiguous name stands for (the answer is then "no")
 
 
 @router.get("/events", response_model=EventPage, summary="List audit events of the auditor's tenant, newest first")
@@ -87,7 +89,8 @@ def _export(context: ServerContext, where: EventFilter, format: str) -> Iterator
 
 
 @router.get("/access", response_model=AccessOut,
-            summary="Could a principal read a document (source or chunk id) at a time? Replays the tenant's events")
+            summary="Could a principal read a document (source id, displayed name or chunk id) at a time? Replays "
+                    "the tenant's events; an ambiguous name lists its candidates")
 def get_access(
     caller: AuditorCaller,
     context: ContextDep,

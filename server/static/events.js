@@ -55,9 +55,26 @@ async function askAccess() {
   const answer = await api(`/v1/audit/access?${params.toString()}`);
   const result = byId("access-result");
   clear(result);
+  if (answer.candidates && answer.candidates.length) {
+    // A displayed name several documents share: offer each, a click asks again about that one.
+    result.className = "";
+    result.append(el("p", { text: `“${answer.document}” names ${answer.candidates.length} documents; choose one:` }));
+    const choices = el("ul", { className: "candidates" });
+    for (const candidate of answer.candidates) {
+      const pick = el("button", { text: candidate, attrs: { type: "button" } });
+      pick.addEventListener("click", () => {
+        /** @type {HTMLInputElement} */ (byId("access-document")).value = candidate;
+        return guarded(pick, askAccess);
+      });
+      choices.append(el("li", {}, pick));
+    }
+    result.append(choices);
+    return;
+  }
   result.className = answer.allowed ? "ok" : "error";
+  const named = answer.resolved ? `${answer.document} (${answer.resolved})` : answer.document;
   result.append(el("p", { text: `${answer.allowed ? "YES" : "NO"}: ${answer.principal} ${answer.allowed ? "could" : "could not"} `
-    + `read ${answer.document} at ${answer.at}` }));
+    + `read ${named} at ${answer.at}` }));
   const reasons = el("ul");
   for (const reason of answer.reasons) reasons.append(el("li", { text: reason }));
   const events = el("ol");
