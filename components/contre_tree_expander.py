@@ -9,6 +9,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.core.serialization import component_to_dict
+from haystack.tracing import Span
 from haystack.utils import deserialize_chatgenerator_inplace, deserialize_component_inplace
 
 from docqa.components.context_tree import (
@@ -25,8 +26,9 @@ from docqa.components.context_tree import (
 )
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.llm.calls import ChatGenerator, generate_json
-from docqa.recording import run_concurrently, sub_step
+from docqa.recording import run_concurrently
 from docqa.run_control import LLMBudgetExceededError, current_run
+from docqa.spans import STEP_INPUT, STEP_OUTPUT, step_index, step_span
 
 MAX_SUB_QUESTION_CHARS = 300
 PLAN_ITEM_CHARS = 160
@@ -123,8 +125,9 @@ class ConTReTreeExpander:
     Bounded: depth, breadth and a total LLM call budget (the smaller of `max_llm_calls` and what the run may still
     spend), one call of which is kept per accepted node for its summary. When the budget ends the expansion the
     tree so far is returned with `stop_reason="llm_budget"`. Sibling branches of one level run concurrently on at
-    most `concurrency` threads. Every retrieval takes the caller's `filters`. Each node is a trace step
-    (`tree_node`) whose parent is its parent node's step, with its verdicts, kept and dropped passages.
+    most `concurrency` threads. Every retrieval takes the caller's `filters`. Each node is a span (`docqa.tree_node`,
+    so a step of the trace) whose parent is its parent node's span, with its verdicts, kept and dropped passages;
+    its model calls are spans under it.
 
     Usage example:
     ```python
@@ -202,10 +205,11 @@ class ConTReTreeExpander:
         root = tree.add_node(None, query)
         if budget.total < 1:
             budget.stop()
-        self._expand_root(tree, root, filters, budget)
+        spans: dict[str, Span] = {}  # each node's span, the parent of its children's
+        self._expand_root(tree, root, filters, budget, spans)
         frontier = [tree.nodes[child] for child in root.children]
         while frontier:
-            run_concurrently(*[partial(self._grow, tree, node, filters, budget) for node in frontier],
+            run_concurrently(*[partial(self._grow, tree, node, filters, budget, spans) for node in frontier],
                              max_workers=self.concurrency)
             frontier = [tree.nodes[child] for node in frontier for child in node.children]
         if not tree.documents:
@@ -248,9 +252,10 @@ class ConTReTreeExpander:
         return list(self.retriever.run(query=query, filters=filters)["documents"])
 
     def _expand_root(self, tree: ContextTree, root: TreeNode, filters: dict[str, Any] | None,
-                     budget: CallBudget) -> None:
-        with sub_step("tree_node", "contre_node 0", inputs={"query": root.query, "filters": filters}) as step:
-            root.step = step.index if step is not None else None
+                     budget: CallBudget, spans: dict[str, Span]) -> None:
+        with step_span("tree_node", "contre_node 0", inputs={"query": root.query, "filters": filters}) as span:
+            spans[root.id] = span
+            root.step = step_index(span)
             try:
                 documents, _ = tree.new_documents(self._retrieve(root.query, filters))
                 # The question's own passages are kept unjudged: they were retrieved for the question itself.
@@ -258,22 +263,22 @@ class ConTReTreeExpander:
                 if documents:
                     self._plan(tree, root, documents, budget)
             finally:
-                if step is not None:
-                    step.outputs.update({"node": root.to_dict()})
+                span.set_content_tag(STEP_OUTPUT, {"node": root.to_dict()})
 
-    def _grow(self, tree: ContextTree, node: TreeNode, filters: dict[str, Any] | None, budget: CallBudget) -> None:
+    def _grow(self, tree: ContextTree, node: TreeNode, filters: dict[str, Any] | None, budget: CallBudget,
+              spans: dict[str, Span]) -> None:
         parent = tree.nodes[node.parent or "0"]
-        with sub_step("tree_node", f"contre_node {node.id}", inputs={"sub_question": node.sub_question},
-                      parent=parent.step) as step:
-            node.step = step.index if step is not None else None
+        with step_span("tree_node", f"contre_node {node.id}", inputs={"sub_question": node.sub_question},
+                       parent=spans.get(parent.id)) as span:
+            spans[node.id] = span
+            node.step = step_index(span)
             try:
-                self._verify_and_retrieve(tree, node, parent, filters, budget, step)
+                self._verify_and_retrieve(tree, node, parent, filters, budget, span)
             finally:
-                if step is not None:
-                    step.outputs.update({"node": node.to_dict()})
+                span.set_content_tag(STEP_OUTPUT, {"node": node.to_dict()})
 
     def _verify_and_retrieve(self, tree: ContextTree, node: TreeNode, parent: TreeNode,
-                             filters: dict[str, Any] | None, budget: CallBudget, step: Any) -> None:
+                             filters: dict[str, Any] | None, budget: CallBudget, span: Span) -> None:
         # Verification (i): needed for the parent? then a self-contained query.
         if not budget.take():
             node.status = SKIPPED_BUDGET
@@ -299,8 +304,7 @@ class ConTReTreeExpander:
         if not _content_words(query) & _content_words(f"{node.sub_question} {parent.sub_question} {tree.question}"):
             query = node.sub_question
         node.query = query
-        if step is not None:
-            step.inputs = {**step.inputs, "query": query, "filters": filters}
+        span.set_content_tag(STEP_INPUT, {"sub_question": node.sub_question, "query": query, "filters": filters})
         # Verification (ii): retrieve, keep what is new and judged relevant to the original question.
         new, known = tree.new_documents(self._retrieve(query, filters))
         node.dropped.extend({"id": doc.id, "reason": "already in the tree"} for doc in known)

@@ -14,8 +14,9 @@ from haystack.utils import deserialize_chatgenerator_inplace
 from docqa.components.context_tree import STOP_LLM_BUDGET, ContextTree, TreeNode
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
-from docqa.recording import run_concurrently, sub_step
+from docqa.recording import run_concurrently
 from docqa.run_control import LLMBudgetExceededError
+from docqa.spans import STEP_OUTPUT, step_span
 
 _REFERENCE = re.compile(r"\[(\d{1,4})\]")
 _LEADING_LABEL = re.compile(r"^\s*(summary|answer|findings)\s*:\s*", re.IGNORECASE)
@@ -40,8 +41,9 @@ class ConTReGenSynthesizer:
     prompt, so citations survive the merges. Each paragraph of the answer cites the passages it used: the
     model's `[n]` markers where it wrote valid ones, else the passage sharing the most words with the paragraph
     (recorded as `"overlap"`). When the LLM call budget refuses a summary, the node falls back to an extractive
-    summary (the start of each passage, cited) and the stop reason becomes `llm_budget`. Each summary is a trace
-    step (`summary`) under this component's step; the synthesised tree is an output.
+    summary (the start of each passage, cited) and the stop reason becomes `llm_budget`. Each summary is a span
+    (`docqa.summary`, so a step of the trace) under this component's span, its model call a span under it; the
+    synthesised tree is an output.
 
     Usage example:
     ```python
@@ -130,9 +132,9 @@ class ConTReGenSynthesizer:
 
     def _summarize(self, tree: ContextTree, node: TreeNode) -> None:
         context = self._context(tree, node)
-        with sub_step("summary", f"contregen_summary {node.id}",
-                      inputs={"node": node.id, "sub_question": node.query or node.sub_question,
-                              "children": [c["sub_question"] for c in context["children"]]}) as step:
+        with step_span("summary", f"contregen_summary {node.id}",
+                       inputs={"node": node.id, "sub_question": node.query or node.sub_question,
+                               "children": [c["sub_question"] for c in context["children"]]}) as span:
             prompt = render_prompt(self.summary_template, question=node.query or node.sub_question, **context)
             try:
                 raw = generate_text(self.chat_generator, prompt, max_tokens=self.summary_tokens,
@@ -143,8 +145,7 @@ class ConTReGenSynthesizer:
                 node.summary, node.summary_mode = self._extractive(tree, node), "extractive"
             if not node.summary:
                 node.summary, node.summary_mode = self._extractive(tree, node), "extractive_empty_reply"
-            if step is not None:
-                step.outputs.update({"node": node.id, "summary": node.summary, "mode": node.summary_mode})
+            span.set_content_tag(STEP_OUTPUT, {"node": node.id, "summary": node.summary, "mode": node.summary_mode})
 
     def _answer(self, question: str, tree: ContextTree) -> tuple[str, list[dict[str, Any]]]:
         if "0" not in tree.nodes or not tree.documents:

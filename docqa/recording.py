@@ -1,14 +1,18 @@
-"""Step recording: the one mechanism every pipeline uses to report what it did.
+"""The steps of a run: what the audit trail persists as its trace.
 
-A pipeline opens a `StepRecorder`; each piece of work runs inside `recorder.step(...)`; LLM helpers attribute
-their prompts, responses and token usage to the step that is current in their context. The recorder's steps
-become `PipelineResult.steps`, which the audit trail persists as the trace.
+A run's steps are made from its spans, and from nothing else: docqa's tracer (`docqa.step_tracer`) opens a step
+of the run's `StepRecorder` for each step span (`open_step`) and adds each model call's span to its step
+(`attach_llm_call`). The recorder's steps become `PipelineResult.steps`. Code that runs no pipeline (a custom
+strategy, a test's or a bench's synthetic run) writes a step as a span too: `recorder.step(...)` opens a
+`docqa.<kind>` step span recorded by this recorder, and `record_llm_call` is a model call's span.
 
 Usage:
     recorder = StepRecorder()
-    with recorder.step("retrieval", "hybrid_retriever", inputs={"query": q}) as step:
-        docs = retriever.run(query=q)["documents"]
-        step.outputs = {"documents": summarize_documents(docs)}
+    with record_steps(recorder):          # docqa.step_tracer
+        pipeline.run(data)
+    with recorder.step("retrieval", "my_retriever", inputs={"query": q}) as step:
+        step.outputs["documents"] = [document_summary(d) for d in docs]
+    recorder.steps, recorder.totals()
 """
 
 from __future__ import annotations
@@ -24,13 +28,10 @@ from typing import Any, TypeVar
 
 from docqa.result import LLMUsage, Step, Totals
 from docqa.run_control import check_run
+from docqa.spans import llm_call_span, step_span
 
 T = TypeVar("T")
 
-_current_recorder: contextvars.ContextVar[StepRecorder | None] = contextvars.ContextVar(
-    "docqa_recorder", default=None
-)
-_current_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar("docqa_step", default=None)
 # Set by `capture_recorders` so a caller can still read the steps of a run that raised (for its audit trace).
 _recorder_sink: contextvars.ContextVar[list[StepRecorder] | None] = contextvars.ContextVar(
     "docqa_recorder_sink", default=None
@@ -59,15 +60,24 @@ class StepRecorder:
             sink.append(self)
 
     @contextmanager
-    def step(
-        self, kind: str, name: str, inputs: dict[str, Any] | None = None, parent: int | None = None
-    ) -> Iterator[Step]:
-        """Open a step; nested steps default to the enclosing step as parent. Errors are recorded and re-raised."""
+    def step(self, kind: str, name: str, inputs: dict[str, Any] | None = None) -> Iterator[Step]:
+        """A step of this recorder written as a span (`docqa.spans.step_span`), under the step span open around it;
+        for code that runs no pipeline. Yields the step (its `outputs` may be written)."""
+        # The tracer builds on this module, hence the import here.
+        from docqa.step_tracer import ensure_step_tracing, record_steps
+
+        ensure_step_tracing()
+        with record_steps(self), step_span(kind, name, inputs=inputs) as span:
+            step = getattr(span, "step", None)
+            yield step if step is not None else Step(index=-1, kind=kind, name=name)
+
+    @contextmanager
+    def open_step(self, kind: str, name: str, inputs: dict[str, Any] | None = None,
+                  parent: int | None = None) -> Iterator[Step]:
+        """Open a step under the step `parent` (docqa's tracer does, for a step span). Errors are recorded and
+        re-raised."""
         # Every step boundary is a cancellation point: a stopped run starts no further work.
         check_run()
-        enclosing = _current_step.get()
-        if parent is None and enclosing is not None:
-            parent = enclosing.index
         with self._lock:
             step = Step(
                 index=len(self.steps),
@@ -78,8 +88,6 @@ class StepRecorder:
                 parent=parent,
             )
             self.steps.append(step)
-        token_step = _current_step.set(step)
-        token_rec = _current_recorder.set(self)
         start = time.perf_counter()
         try:
             yield step
@@ -94,8 +102,6 @@ class StepRecorder:
                 step.duration_s = time.perf_counter() - start
                 step.outputs = to_jsonable(step.outputs)
                 self._finished.add(step.index)
-            _current_step.reset(token_step)
-            _current_recorder.reset(token_rec)
             listener = _step_listener.get()
             if listener is not None:
                 listener(step)
@@ -147,39 +153,35 @@ def capture_recorders() -> Iterator[list[StepRecorder]]:
         _recorder_sink.reset(token)
 
 
-def current_step() -> Step | None:
-    return _current_step.get()
+_llm_lock = threading.Lock()
+
+
+def attach_llm_call(
+    step: Step, *, prompt: str, response: str, usage: LLMUsage, model: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Add one model call (prompt, raw response, usage) to `step`'s `llm_calls` output and its usage."""
+    entry = {"prompt": _clip(prompt), "response": _clip(response), "model": model, **(extra or {})}
+    entry.update(usage.to_dict())
+    with _llm_lock:
+        step.llm.add(usage)
+        step.outputs.setdefault("llm_calls", []).append(to_jsonable(entry))
 
 
 def record_llm_call(
     *, prompt: str, response: str, usage: LLMUsage, model: str | None = None, extra: dict[str, Any] | None = None
 ) -> None:
-    """Attribute one LLM call (prompt, raw response, usage) to the current step, if any."""
-    step = _current_step.get()
-    if step is None:
-        return
-    entry = {"prompt": _clip(prompt), "response": _clip(response), "model": model, **(extra or {})}
-    entry.update(usage.to_dict())
-    step.llm.add(usage)
-    step.outputs.setdefault("llm_calls", []).append(to_jsonable(entry))
-
-
-@contextmanager
-def sub_step(
-    kind: str, name: str, inputs: dict[str, Any] | None = None, parent: int | None = None
-) -> Iterator[Step | None]:
-    """A step of the recorder current in this context (e.g. one node of a tree a component builds), with
-    `parent` (default: the enclosing step); yields None and records nothing outside a recorded run."""
-    recorder = _current_recorder.get()
-    if recorder is None:
-        yield None
-        return
-    with recorder.step(kind, name, inputs=inputs, parent=parent) as step:
-        yield step
+    """One model call made without `docqa.llm.calls` (e.g. in a synthetic run), as a `docqa.llm.call` span: docqa's
+    tracer adds it to the step it runs in, if any."""
+    extra = dict(extra or {})
+    with llm_call_span(prompt, purpose=extra.get("purpose"), constrained=extra.get("constrained")) as call:
+        call.finish(response, model=model, prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens)
 
 
 def run_concurrently(*calls: Callable[[], T], max_workers: int | None = None) -> list[T]:
-    """Run callables in threads, each in a copy of the caller's context so step attribution still works.
+    """Run callables in threads, each in a copy of the caller's context, so their spans stay in the caller's run
+    and step.
 
     :param max_workers: at most this many at once (default: all of them); results keep the calls' order.
     """

@@ -1,6 +1,7 @@
 """The contract every strategy follows: `run(question, scope)` returns a `PipelineResult`.
 
-A pipeline records every step through a `StepRecorder`; `finish` turns the recorder into the result.
+A pipeline's steps are recorded from its spans into a `StepRecorder` (`docqa.step_tracer`); `finish` turns the
+recorder into the result, its extractive fallback a `docqa.fallback` span (so a step) of the same run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from docqa.access import AccessScope
 from docqa.errors import InvalidQuestionError
 from docqa.recording import StepRecorder
 from docqa.result import Citation, PipelineResult
+from docqa.spans import STEP_OUTPUT, step_span
+from docqa.step_tracer import record_steps
 
 
 @runtime_checkable
@@ -66,10 +69,11 @@ def finish(
     """The result of a run. With `grounding` (the strategy's grounding node ran) its decision stands, refined only
     by what the node cannot see: a reply the generator dropped as an echo, and a grader's verdict."""
     config = pipeline.config()
-    if grounding is not None:
-        answer, citations, source, note = _grounded_answer(question, answer, citations, recorder, grounding)
-    else:
-        answer, citations, source, note = _usable_answer(question, answer, citations, recorder)
+    with record_steps(recorder):
+        if grounding is not None:
+            answer, citations, source, note = _grounded_answer(question, answer, citations, recorder, grounding)
+        else:
+            answer, citations, source, note = _usable_answer(question, answer, citations, recorder)
     return PipelineResult(
         pipeline=pipeline.name,
         question=question,
@@ -88,7 +92,7 @@ def _usable_answer(question: str, answer: str, citations: list[Citation],
                    recorder: StepRecorder) -> tuple[str, list[Citation], str, str | None]:
     """The model's answer when usable; else the best-matching retrieved sentences, labelled as extracted.
 
-    Recorded as an `answer_fallback` step so the trace shows what the model said and what replaced it.
+    An `answer_fallback` step (a span) so the trace shows what the model said and what replaced it.
     """
     from docqa import extractive_fallback as fallback
 
@@ -97,10 +101,9 @@ def _usable_answer(question: str, answer: str, citations: list[Citation],
         question, answer, recorder.steps)
     if reason is None:
         return answer, citations, fallback.ANSWER_SOURCE_MODEL, None
-    with recorder.step("fallback", "answer_fallback", inputs={"reason": reason, "model_answer": answer}) as step:
+    with step_span("fallback", "answer_fallback", inputs={"reason": reason, "model_answer": answer}) as span:
         extraction = fallback.extract_answer(question, fallback.passages_of(recorder))
-        step.outputs = {"sentences": [{"sentence": s, "document_id": d.id, "score": round(score, 3)}
-                                      for s, d, score in extraction.sentences]}
+        span.set_content_tag(STEP_OUTPUT, _sentences(extraction))
     if not extraction.text:
         note = f"No answer: {fallback.reason_text(reason)}, and no retrieved passage matches the question."
         return "", [], fallback.ANSWER_SOURCE_NONE, note
@@ -160,14 +163,18 @@ def _extracted_from_run(question: str, recorder: StepRecorder,
     passages = fallback.passages_of(recorder)
     if not passages:
         return None
-    with recorder.step("fallback", "answer_fallback", inputs={"reason": reason, "passages": len(passages)}) as step:
+    with step_span("fallback", "answer_fallback", inputs={"reason": reason, "passages": len(passages)}) as span:
         extraction = fallback.extract_answer(question, passages)
-        step.outputs = {"sentences": [{"sentence": s, "document_id": d.id, "score": round(score, 3)}
-                                      for s, d, score in extraction.sentences]}
+        span.set_content_tag(STEP_OUTPUT, _sentences(extraction))
     if not extraction.text:
         return None
     return (extraction.text, citations_from_documents(extraction.documents), fallback.ANSWER_SOURCE_EXTRACTED,
             fallback_note(reason, extracted=True))
+
+
+def _sentences(extraction: Any) -> dict[str, Any]:
+    return {"sentences": [{"sentence": s, "document_id": d.id, "score": round(score, 3)}
+                          for s, d, score in extraction.sentences]}
 
 
 def citations_from_documents(documents: list[Any], snippet_chars: int = 200) -> list[Citation]:

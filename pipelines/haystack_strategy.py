@@ -13,13 +13,16 @@ The contract between docqa and a strategy's graph:
   result unless the graph has one (`docqa.pipelines.grounding`); its `answer`, `cited_documents`,
   `answer_source` and `answer_note` are the result's. An open `principals` socket receives the caller's principals.
 - no readable passage: a strategy that reads only docqa's store first counts what the caller may read (a
-  one-node graph, traced); with nothing, it answers at once that no passage the caller may read matches, with
-  `answer_source` "none" and no model call.
+  one-node graph); with nothing, it answers at once that no passage the caller may read matches, with
+  `answer_source` "none" and no model call, and the count is the trace's one step (`readable_passages`, kind
+  `access`). Otherwise the count is no step and no span: the trace and OpenTelemetry start at the graph.
 - budget: a run the LLM call budget stops after model calls were made answers with what it gathered (the
   extracted sentences of its passages) and `stop_reason` `llm_budget`, never an error; refused before any call,
   it raises `LLMBudgetExceededError`.
-- steps: one per component run, from docqa's Haystack tracer (`docqa.step_tracer`); the step kind is the
-  strategy's mapping, else the component's `step_kind` attribute, else a guess from its class name.
+- steps: one per step span, from docqa's Haystack tracer (`docqa.step_tracer`): each component run (the step
+  kind is the strategy's mapping, else the component's `step_kind` attribute, else a guess from its class name)
+  and each `docqa.<kind>` span the components open (tree nodes, summaries); model calls are spans added to their
+  step. The budget stop and the extractive fallback are spans too, so OpenTelemetry sees every step.
 - config: the pipeline's `to_dict()` plus the models by role; its hash is the config hash of every answer.
 
 Usage:
@@ -52,7 +55,8 @@ from docqa.pipelines.grounding import (
 from docqa.recording import StepRecorder
 from docqa.result import PipelineResult
 from docqa.run_control import LLMBudgetExceededError
-from docqa.step_tracer import enable_step_tracing, installed_tracer, record_steps
+from docqa.spans import STEP_OUTPUT, step_span
+from docqa.step_tracer import ensure_step_tracing, record_steps, untraced
 
 QUESTION_SOCKETS = ("question", "query")
 FILTERS_SOCKET = "filters"
@@ -63,6 +67,8 @@ CITATIONS_OUTPUT = "cited_documents"
 READY_CITATIONS_OUTPUT = "citations"
 STOP_REASON_OUTPUT = "stop_reason"
 STOP_LLM_BUDGET = "llm_budget"
+RUN_SPAN = "docqa.strategy.run"
+RUN_STRATEGY_TAG = "docqa.strategy"
 
 _KIND_BY_SUFFIX = (
     ("Retriever", "retrieval"),
@@ -151,13 +157,6 @@ def _budget_error(exc: BaseException) -> LLMBudgetExceededError | None:
     while isinstance(cause, PipelineRuntimeError):
         cause = cause.__cause__
     return cause if isinstance(cause, LLMBudgetExceededError) else None
-
-
-def _ensure_tracing() -> None:
-    installed = installed_tracer()
-    if installed is None or tracing.tracer.actual_tracer is not installed:
-        tracer = installed or enable_step_tracing()
-        tracing.enable_tracing(tracer)
 
 
 class HaystackStrategy:
@@ -295,16 +294,24 @@ class HaystackStrategy:
         question = validate_question(question, self.max_question_chars)
         access_filters = restrict(scope, filters)
         data = self.pipeline_data(question, access_filters, inputs, scope.effective_principals)
+        ensure_step_tracing()
+        # One trace per run: the graph's spans and those of the steps around it (budget stop, fallback).
+        with tracing.tracer.trace(RUN_SPAN, tags={RUN_STRATEGY_TAG: self.name}):
+            return self._run(question, scope, access_filters, data)
+
+    def _run(self, question: str, scope: AccessScope, access_filters: dict[str, Any],
+             data: dict[str, Any]) -> PipelineResult:
         recorder = StepRecorder()
-        _ensure_tracing()
         out_of_budget: LLMBudgetExceededError | None = None
         if self._readable.graph.nodes:
-            # Its step is the trace of an answer without passages; otherwise the run's trace starts at its graph.
-            checked = StepRecorder()
-            with record_steps(checked, {"readable_passages": "access"}):
+            with untraced():
                 readable = self._readable.run({"readable_passages": {"filters": access_filters}})
             if not readable["readable_passages"]["readable"]:
-                return self._answer_without_passages(question, scope, checked)
+                # The count is the trace of an answer without passages; otherwise the trace starts at the graph.
+                with record_steps(recorder), step_span("access", "readable_passages",
+                                                       inputs={"filters": access_filters}) as span:
+                    span.set_content_tag(STEP_OUTPUT, {"readable": False})
+                return self._answer_without_passages(question, scope, recorder)
         with record_steps(recorder, self.kinds):
             try:
                 outputs = self.pipeline.run(data)
@@ -348,8 +355,9 @@ class HaystackStrategy:
         The graph raised mid-run, so its outputs are lost; the passages it retrieved are not (`finish` quotes the
         best-matching sentences, labelled extracted). Never an error after calls the caller pays for.
         """
-        with recorder.step("control", LLM_BUDGET_STEP, inputs={"llm_calls": recorder.totals().llm_calls}) as step:
-            step.outputs = {"stop_reason": STOP_LLM_BUDGET, "reason": error.message}
+        with record_steps(recorder), step_span("control", LLM_BUDGET_STEP,
+                                               inputs={"llm_calls": recorder.totals().llm_calls}) as span:
+            span.set_content_tag(STEP_OUTPUT, {"stop_reason": STOP_LLM_BUDGET, "reason": error.message})
         return finish(self, question, "", [], recorder, stop_reason=STOP_LLM_BUDGET)
 
     def dumps(self) -> str:

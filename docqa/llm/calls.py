@@ -3,8 +3,9 @@
 LLM output is untrusted input: every helper returns a value or `None`/a default, never raises on malformed
 output. Endpoint failures (unreachable, server error, rejected key or request) become `LLMUnavailableError`
 with a one-line message. Structured outputs are sent as `json_schema`, else as llama-cpp-python's
-`json_object` + `schema`, else unconstrained; the shape each endpoint accepts is remembered. Each call is
-attributed to the current step (prompt, raw response, token usage) for the audit trail.
+`json_object` + `schema`, else unconstrained; the shape each endpoint accepts is remembered. Each call is a
+`docqa.llm.call` span (`docqa.spans`: prompt, raw response, model, token usage, purpose, time), which docqa's
+tracer adds to the step it runs in for the audit trail.
 
 Usage:
     from haystack.components.generators.chat import OpenAIChatGenerator
@@ -20,9 +21,9 @@ from typing import Any, Protocol
 from haystack.dataclasses import ChatMessage
 
 from docqa.errors import LLMUnavailableError
-from docqa.recording import record_llm_call
 from docqa.result import LLMUsage
 from docqa.run_control import bounded_max_tokens, current_run
+from docqa.spans import llm_call_span
 from docqa.token_stream import accepts_streaming_callback, answer_streaming_callback
 
 YES_NO_SCHEMA: dict[str, Any] = {
@@ -41,7 +42,8 @@ class ChatGenerator(Protocol):
         ...
 
 
-def _usage_from(reply: ChatMessage | None, prompt: str, text: str) -> LLMUsage:
+def usage_from(reply: ChatMessage | None, prompt: str, text: str) -> LLMUsage:
+    """The call's usage as the server reports it, estimated (4 characters a token) where it reports none."""
     usage = (reply.meta.get("usage") if reply is not None else None) or {}
     prompt_tokens = usage.get("prompt_tokens")
     completion_tokens = usage.get("completion_tokens")
@@ -148,26 +150,23 @@ def _call(
     generator: ChatGenerator, prompt: str, generation_kwargs: dict[str, Any], purpose: str,
     *, raise_rejected: bool = False,
 ) -> tuple[str, ChatMessage | None]:
-    """One recorded call. A refused request raises the SDK error when `raise_rejected` (to try another
-    request shape), else `LLMUnavailableError` like every endpoint failure."""
+    """One traced call (a `docqa.llm.call` span). A refused request raises the SDK error when `raise_rejected` (to
+    try another request shape), else `LLMUnavailableError` like every endpoint failure."""
     generation_kwargs = _bounded(generation_kwargs, prompt)
+    constrained = "response_format" in generation_kwargs
     # An answer streams its tokens to the asker when the server listens (constrained output never does).
-    streaming = None if "response_format" in generation_kwargs else answer_streaming_callback(purpose, prompt)
-    result = _run_generator(generator, prompt, generation_kwargs, raise_rejected=raise_rejected,
-                            streaming_callback=streaming)
-    if streaming is not None:
-        streaming.finish()  # the reply is complete: release the line held back as a possible echo
-    replies = result.get("replies") or []
-    reply = replies[0] if replies else None
-    text = (reply.text if reply is not None else None) or ""
-    model = reply.meta.get("model") if reply is not None else None
-    record_llm_call(
-        prompt=prompt,
-        response=text,
-        usage=_usage_from(reply, prompt, text),
-        model=model,
-        extra={"purpose": purpose, "constrained": "response_format" in generation_kwargs},
-    )
+    streaming = None if constrained else answer_streaming_callback(purpose, prompt)
+    with llm_call_span(prompt, purpose=purpose, constrained=constrained) as call:
+        result = _run_generator(generator, prompt, generation_kwargs, raise_rejected=raise_rejected,
+                                streaming_callback=streaming)
+        if streaming is not None:
+            streaming.finish()  # the reply is complete: release the line held back as a possible echo
+        replies = result.get("replies") or []
+        reply = replies[0] if replies else None
+        text = (reply.text if reply is not None else None) or ""
+        usage = usage_from(reply, prompt, text)
+        call.finish(text, model=reply.meta.get("model") if reply is not None else None,
+                    prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
     return text, reply
 
 

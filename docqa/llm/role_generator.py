@@ -5,6 +5,11 @@ no URL, key or model is written out, and a YAML strategy loaded by docqa uses th
 strategies for that role (`bind_roles` gives it the runtime's generator). Loaded elsewhere, it builds the role's
 generator from the `DOCQA_` settings on first use.
 
+Each call is a `docqa.llm.call` span (`docqa.spans`: prompt, reply, model, tokens, time), so a model call is
+traced wherever it is made: by the LLM helpers of `docqa.llm.calls` (which open the span themselves, with the
+call's purpose, budget and constraints) or by this generator run as a node of a graph (then it opens the span,
+its purpose being the role).
+
 Usage:
     generator = RoleChatGenerator("generator", delegate=runtime.chat_generator("generator"))
     generator.run(messages=[ChatMessage.from_user("Hi")])["replies"]
@@ -19,7 +24,9 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
+from docqa.llm.calls import usage_from
 from docqa.settings import LLM_ROLES
+from docqa.spans import llm_call_open, llm_call_span
 from docqa.token_stream import accepts_streaming_callback
 
 
@@ -75,6 +82,22 @@ class RoleChatGenerator:
         :param streaming_callback: called with each token chunk, when the role's generator can stream.
         :returns: the role generator's `{"replies": [...]}`.
         """
+        if llm_call_open():  # the LLM helper that called this generator traces the call
+            return self._run_delegate(messages, generation_kwargs, streaming_callback)
+        prompt = _prompt_text(messages)
+        constrained = "response_format" in (generation_kwargs or {})
+        with llm_call_span(prompt, purpose=self.role, constrained=constrained) as call:
+            result = self._run_delegate(messages, generation_kwargs, streaming_callback)
+            replies = result.get("replies") or []
+            reply = replies[0] if replies else None
+            text = (reply.text if reply is not None else None) or ""
+            usage = usage_from(reply, prompt, text)
+            call.finish(text, model=reply.meta.get("model") if reply is not None else None,
+                        prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+        return result
+
+    def _run_delegate(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None,
+                      streaming_callback: Callable[[StreamingChunk], None] | None) -> dict[str, Any]:
         delegate = self.delegate
         if streaming_callback is not None and accepts_streaming_callback(delegate):
             return delegate.run(messages=messages, generation_kwargs=generation_kwargs,
@@ -87,3 +110,10 @@ class RoleChatGenerator:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoleChatGenerator:
         return default_from_dict(cls, data)
+
+
+def _prompt_text(messages: list[ChatMessage]) -> str:
+    """The prompt as one text: a lone message's text, else each message's role and text."""
+    if len(messages) == 1:
+        return messages[0].text or ""
+    return "\n\n".join(f"{message.role.value}: {message.text or ''}" for message in messages)

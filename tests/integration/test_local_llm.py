@@ -17,6 +17,8 @@ from docqa.llm.client import build_chat_generator, check_llm_endpoint
 from docqa.llm.local_server import ensure_local_llm, log_path, stop_local_llm
 from docqa.recording import StepRecorder
 from docqa.settings import LLM_ROLES, Settings
+from docqa.spans import step_span
+from docqa.step_tracer import ensure_step_tracing, record_steps
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +38,8 @@ class TestThroughTheLocalServer:
     def test_text(self, local_llm_settings):
         generator = build_chat_generator(local_llm_settings, "generator")
         recorder = StepRecorder()
-        with recorder.step("generation", "generator"):
+        ensure_step_tracing()
+        with record_steps(recorder), step_span("generation", "generator"):
             text = generate_text(generator, f"{PASSAGES}\n\nWhen was the Eiffel Tower completed?", max_tokens=24)
         assert isinstance(text, str) and text
         usage = recorder.steps[0].llm
@@ -45,7 +48,8 @@ class TestThroughTheLocalServer:
     def test_yes_no_is_constrained(self, local_llm_settings):
         generator = build_chat_generator(local_llm_settings, "grader")
         recorder = StepRecorder()
-        with recorder.step("grading", "grader"):
+        ensure_step_tracing()
+        with record_steps(recorder), step_span("grading", "grader"):
             verdict = generate_yes_no(
                 generator, f"{PASSAGES}\n\nDo the passages say when the tower was completed? Answer Yes or No."
             )

@@ -22,6 +22,8 @@ from docqa.llm.calls import (
 from docqa.llm.client import build_chat_generator
 from docqa.recording import StepRecorder
 from docqa.settings import Settings
+from docqa.spans import step_span
+from docqa.step_tracer import ensure_step_tracing, record_steps
 from tests.support.scripted_chat import ScriptedChatGenerator
 
 SCHEMA = {
@@ -173,7 +175,8 @@ class TestMalformedOutputNeverCrashes:
         )
         llm = Raising(openai.LengthFinishReasonError(completion=completion))
         recorder = StepRecorder()
-        with recorder.step("generation", "g"):
+        ensure_step_tracing()
+        with record_steps(recorder), step_span("generation", "g"):
             assert generate_json(llm, "Which book?", SCHEMA) is None
         assert recorder.steps[0].llm.completion_tokens == 16
 
@@ -220,10 +223,11 @@ class TestConstrainedRequests:
         assert generate_yes_no(llm, "Is it?") is True
         assert llm.formats == ["json_schema", "json_object"]
 
-    def test_calls_are_recorded_in_the_current_step(self):
+    def test_calls_are_spans_added_to_the_step_they_run_in(self):
         llm = FakeEndpoint("http://fallback-d.test/v1", accepts={"json_object"}, reply='{"answer": "Yes"}')
         recorder = StepRecorder()
-        with recorder.step("grading", "grader"):
+        ensure_step_tracing()
+        with record_steps(recorder), step_span("grading", "grader"):
             generate_yes_no(llm, "Is it?", purpose="sufficiency")
         (call,) = recorder.steps[0].outputs["llm_calls"]
         assert call["purpose"] == "sufficiency"

@@ -4,7 +4,7 @@ import pytest
 from haystack import Document
 from haystack.dataclasses import ChatMessage
 
-from docqa.recording import StepRecorder, current_step, record_llm_call, run_concurrently, to_jsonable
+from docqa.recording import StepRecorder, record_llm_call, run_concurrently, to_jsonable
 from docqa.result import LLMUsage
 
 
@@ -37,24 +37,29 @@ class TestStepRecorder:
 
     def test_llm_call_outside_a_step_is_ignored(self):
         record_llm_call(prompt="p", response="r", usage=LLMUsage(1, 1, 1))
-        assert current_step() is None
+        recorder = StepRecorder()
+        with recorder.step("generation", "generator"):
+            pass
+        assert recorder.totals().llm_calls == 0 and "llm_calls" not in recorder.steps[0].outputs
 
     def test_error_is_recorded_and_reraised(self):
         recorder = StepRecorder()
         with pytest.raises(RuntimeError), recorder.step("retrieval", "retriever"):
             raise RuntimeError("store down")
         assert recorder.steps[0].error == "RuntimeError: store down"
-        assert current_step() is None
+        with recorder.step("generation", "generator"):
+            pass
+        assert recorder.steps[1].parent is None
 
     def test_concurrent_calls_keep_their_own_step(self):
         recorder = StepRecorder()
         barrier = threading.Barrier(2)
 
         def work(name: str) -> str:
-            with recorder.step("summary", name):
+            with recorder.step("summary", name) as step:
                 barrier.wait(timeout=5)
                 record_llm_call(prompt=name, response=name, usage=LLMUsage(1, 1, 1))
-                return current_step().name
+                return step.name
 
         with recorder.step("iteration", "loop") as parent:
             names = run_concurrently(lambda: work("global"), lambda: work("local"))

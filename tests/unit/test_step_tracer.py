@@ -1,4 +1,4 @@
-"""docqa's Haystack tracer: component runs become steps, also fanned out to OpenTelemetry."""
+"""docqa's Haystack tracer: step spans become steps, and every span goes on to the host's tracer and OpenTelemetry."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from docqa.components.prompt_templates import load_prompt
 from docqa.pipelines.baselines import NoRetrievalPipeline
 from docqa.recording import StepRecorder
 from docqa.settings import Settings
-from docqa.step_tracer import FanOutTracer, StepTracer, enable_step_tracing, otel_tracer, record_steps
+from docqa.step_tracer import DocqaTracer, enable_step_tracing, otel_tracer, record_steps
 from tests.support.scripted_chat import ScriptedChatGenerator
 
 ALICE = AccessScope("acme", frozenset({"alice"}))
@@ -31,7 +31,7 @@ class Double:
 @pytest.fixture
 def restore_tracer():
     yield
-    enable_step_tracing(extra_tracers=[])
+    enable_step_tracing(forward_to=[])
 
 
 def _pipeline() -> Pipeline:
@@ -44,8 +44,8 @@ def _pipeline() -> Pipeline:
 
 class TestStepTracer:
     def test_component_runs_become_steps_only_inside_record_steps(self, restore_tracer):
-        enable_step_tracing(extra_tracers=[])
-        assert isinstance(tracing.tracer.actual_tracer, StepTracer)
+        enable_step_tracing(forward_to=[])
+        assert isinstance(tracing.tracer.actual_tracer, DocqaTracer)
         pipeline = _pipeline()
         recorder = StepRecorder()
         with record_steps(recorder, {"first": "arithmetic"}):
@@ -61,8 +61,8 @@ class TestStepTracer:
 class TestOpenTelemetry:
     def test_every_component_run_is_also_a_span(self, restore_tracer):
         exporter = InMemorySpanExporter()
-        enable_step_tracing(extra_tracers=[otel_tracer("", exporter=exporter)])
-        assert isinstance(tracing.tracer.actual_tracer, FanOutTracer)
+        enable_step_tracing(forward_to=[otel_tracer("", exporter=exporter)])
+        assert isinstance(tracing.tracer.actual_tracer, DocqaTracer)
         strategy = NoRetrievalPipeline(ScriptedChatGenerator(default="Paris"),
                                        prompt_template=load_prompt("no_retrieval_answer"), max_tokens=8,
                                        max_question_chars=100, model="scripted")
@@ -70,7 +70,8 @@ class TestOpenTelemetry:
 
         assert [(s.kind, s.name) for s in result.steps] == [("generation", "generator"), ("grounding", "grounding")]
         finished = exporter.get_finished_spans()
-        assert {span.name for span in finished} == {"haystack.pipeline.run", "haystack.component.run"}
+        assert {span.name for span in finished} == {"docqa.strategy.run", "haystack.pipeline.run",
+                                                    "haystack.component.run", "docqa.llm.call"}
         pipeline_span = next(span for span in finished if span.name == "haystack.pipeline.run")
         component_spans = [span for span in finished if span.name == "haystack.component.run"]
         assert [s.attributes["haystack.component.name"] for s in component_spans] == ["generator", "grounding"]
@@ -98,15 +99,15 @@ class TestOpenTelemetry:
         thread.start()
         try:
             settings = Settings(otel_exporter_otlp_endpoint=f"http://127.0.0.1:{server.server_port}")
-            tracer = enable_step_tracing(settings, extra_tracers=[])
-            assert isinstance(tracer, FanOutTracer)
+            tracer = enable_step_tracing(settings, forward_to=[])
+            assert isinstance(tracer, DocqaTracer)
             _pipeline().run({"first": {"value": 1}})
-            tracer.tracers[1].provider.force_flush()
+            tracer.delegate.provider.force_flush()
             assert received and set(received) == {"/v1/traces"}
             # The OTLP protobuf as exported: one span per component run, named after the component in the graph.
             assert sorted(attrs["haystack.component.name"] for name, attrs in spans
                           if name == "haystack.component.run") == ["first", "second"]
             assert [name for name, _ in spans].count("haystack.pipeline.run") == 1
         finally:
-            tracer.tracers[1].provider.shutdown()
+            tracer.delegate.provider.shutdown()
             server.shutdown()
