@@ -7,6 +7,7 @@ data directory, which this process reads to check ids and counts.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import time
@@ -27,6 +28,7 @@ from docqa.schema import upgrade_database
 from docqa.settings import Settings
 from docqa_eval.datasets import load_corpus
 from tests.support.celery_workers import WorkerProcess, redis_broker_url, wait_until
+from tests.support.office_files import page_image
 from tests.support.postgres import throwaway_database
 from tests.support.sample_files import pdf_bytes
 
@@ -106,34 +108,50 @@ def stored(settings: Settings) -> list:
     )
 
 
+def scanned_receipt() -> bytes:
+    """A strip of a scanned page (200 dpi, speckled) with one line of text and no text layer: read only by OCR."""
+    image = page_image(["Taxi receipt: the fare to the airport was 64 euros."], noise=0.002).crop((0, 100, 1654, 280))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def test_job_through_a_real_worker(settings, workers, passages) -> None:
     passages = passages[:24]
     bad = [
         Upload("corrupt.pdf", pdf_bytes(["cut short"])[:120]),
         Upload("empty.txt", b""),
         Upload("table.xlsx", b"cells"),
+        Upload("archive.zip", b"PK\x05\x06"),
         Upload("huge.txt", b"word " * 5000),
     ]
     uploads = [Upload(name, text.encode()) for name, text in passages]
-    job_id = submit_job(settings, tenant=TENANT, access=ACCESS, uploads=uploads[:12] + bad + uploads[12:])
+    receipt = Upload("receipt.png", scanned_receipt())
+    job_id = submit_job(settings, tenant=TENANT, access=ACCESS,
+                        uploads=uploads[:12] + bad + [receipt] + uploads[12:])
     queued = job_status(settings, job_id)
-    assert queued["items_total"] == 28 and queued["finished_at"] is None  # the job id comes back at once
+    assert queued["items_total"] == 30 and queued["finished_at"] is None  # the job id comes back at once
 
     worker = workers()
     status = wait_until(lambda: finished(settings, job_id), JOB_TIMEOUT_S, "the job to finish")
 
     assert status["status"] == "completed_with_errors", worker.log()[-3000:]
-    assert (status["items_written"], status["items_failed"], status["items_done"]) == (24, 4, 28), status["failures"]
+    assert (status["items_written"], status["items_failed"], status["items_done"]) == (25, 5, 30), status["failures"]
     assert {f["source_id"]: f["code"] for f in status["failures"]} == {
         "corrupt.pdf": "unreadable_file",
         "empty.txt": "unreadable_file",
-        "table.xlsx": "unsupported_file",
+        "table.xlsx": "unreadable_file",
+        "archive.zip": "unsupported_file",
         "huge.txt": "file_too_large",
     }
-    docs = stored(settings)
+    # The scan was recognised by OCR in the worker, and its chunk says so.
+    scans = [d for d in stored(settings) if d.meta["source_id"] == "receipt.png"]
+    assert len(scans) == 1 and scans[0].meta["ocr"] is True, worker.log()[-3000:]
+    assert "fare to the airport was 64 euros" in (scans[0].content or "")
+    docs = [d for d in stored(settings) if d.meta["source_id"] != "receipt.png"]
     assert {d.id for d in docs} == expected_ids(passages, settings)
-    assert status["chunks_written"] == len(docs)
-    assert all(d.meta["access"] == ACCESS and d.embedding is not None for d in docs)
+    assert status["chunks_written"] == len(docs) + len(scans)
+    assert all(d.meta["access"] == ACCESS and d.embedding is not None for d in docs + scans)
 
     # Re-submitting unchanged documents skips them all.
     again = submit_job(settings, tenant=TENANT, access=ACCESS, uploads=uploads)
