@@ -184,6 +184,8 @@ def citations_from_documents(documents: list[Any], snippet_chars: int = 200) -> 
             source=(doc.meta or {}).get("source") or (doc.meta or {}).get("title"),
             score=doc.score,
             snippet=(doc.content or "")[:snippet_chars],
+            location=(doc.meta or {}).get("location"),
+            ocr=(doc.meta or {}).get("ocr") is True,
         )
         for doc in documents
     ]
