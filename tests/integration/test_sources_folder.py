@@ -158,17 +158,23 @@ def test_unreachable_folder_fails_with_reason_and_keeps_documents(settings, fold
     assert status["documents"] == 3
 
 
-def test_failed_file_is_reported_and_retried(settings, folder) -> None:
-    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 cut short")
+def test_failed_files_are_reported_and_retried(settings, folder, monkeypatch) -> None:
+    (folder / "empty.txt").write_text("   ")  # fails in the ingestion worker: no text
+    (folder / "huge.txt").write_text("word " * 3000)  # fails before it is queued: over the size limit
+    settings = settings.model_copy(update={"max_file_bytes": 10_000})
     define_source(settings, name="share", type="folder", tenant="default", config={"path": str(folder)},
                   allow=["group:staff"])
     report = _sync(settings)
-    assert (report.added, report.failed, report.status) == (3, 1, "completed_with_errors")
-    assert report.failures[0]["key"] == "broken.pdf" and report.failures[0]["reason"]
-    assert source_status(settings, "default", "share")["failures"][0]["key"] == "broken.pdf"
-    (folder / "broken.pdf").unlink()
+    assert (report.added, report.failed, report.status) == (3, 2, "completed_with_errors")
+    reasons = {f["key"]: f["reason"] for f in report.failures}
+    assert set(reasons) == {"empty.txt", "huge.txt"}
+    assert "empty" in reasons["empty.txt"] and "limit" in reasons["huge.txt"]
+    assert {f["key"] for f in source_status(settings, "default", "share")["failures"]} == set(reasons)
+    assert _sync(settings).failed == 2  # tried again at every run while they fail
+    (folder / "empty.txt").write_text("Now the file holds a sentence about the fire drill on Friday.")
+    (folder / "huge.txt").unlink()
     report = _sync(settings)
-    assert (report.deleted, report.failed, report.status) == (1, 0, "succeeded")
+    assert (report.added, report.deleted, report.failed, report.status) == (1, 1, 0, "succeeded")
 
 
 def _expected_state(settings: Settings) -> tuple[dict, dict]:
