@@ -200,23 +200,56 @@ def ingest_paths(
     embedder: Any | None = None,
     collection: str = DEFAULT_COLLECTION,
 ) -> IngestReport:
-    """Ingest files and directories (recursively, supported types only); the source id is the absolute path.
+    """Ingest files and directories (recursively, supported types only).
 
-    Citations name a file as given: its name, or its path below a folder that was given (never the absolute path).
+    A file's source id is what citations show: its name, or its path below a folder that was given, so auditors
+    can ask about the name they see; its absolute path is kept as `meta.source_path`. The same name ingested from
+    two folders is one document (the later replaces it). Chunks stored under the absolute path (the source id
+    before) are deleted once the file is stored under its new id, with an audit event.
 
     A file named explicitly is always attempted, so an unsupported or missing one fails with its reason.
     Every chunk is tagged with `collection` (`meta.collection`), which MSPR can search as a source of its own.
     """
     collection = check_collection_name(collection)
     files = list(expand_labelled_paths(paths))
-    sources = (Source(source_id=str(path), name=path.name, path=path, source=label,
-                      meta={COLLECTION_FIELD: collection})
+    sources = (Source(source_id=label, name=path.name, path=path, source=label,
+                      meta={COLLECTION_FIELD: collection, SOURCE_PATH_FIELD: str(path)})
                for path, label in files)
     report = ingest_documents(
         runtime, sources, tenant, access, progress=progress, embedder=embedder, total=len(files)
     )
     _audit_written(runtime.settings, report, tenant, access)
+    stored = {item.source_id for item in report.items if item.status in ("written", "skipped")}
+    _drop_absolute_ids(runtime, tenant, {str(path): label for path, label in files if label in stored})
     return report
+
+
+SOURCE_PATH_FIELD = "source_path"
+
+
+def _drop_absolute_ids(runtime: Any, tenant: str, renamed: dict[str, str]) -> None:
+    """Delete the chunks stored under a file's absolute path (its source id before ids were relative)."""
+    if not renamed:
+        return
+    store = runtime.document_store
+    old = store.filter_documents({"operator": "AND", "conditions": [
+        {"field": "meta.tenant", "operator": "==", "value": tenant},
+        {"field": "meta.source_id", "operator": "in", "value": sorted(renamed)}]})
+    if not old:
+        return
+    from docqa.audit.cli import cli_actor
+    from docqa.audit.events import DOCUMENT_DELETED, append_event
+    from docqa.audit.recorder import audit_session
+
+    store.delete_documents([d.id for d in old])
+    with audit_session(runtime.settings) as session:
+        for source_id in sorted({d.meta["source_id"] for d in old}):
+            chunks = [d for d in old if d.meta["source_id"] == source_id]
+            append_event(session, runtime.settings, tenant=tenant, actor=cli_actor(), action=DOCUMENT_DELETED,
+                         target=f"document:{source_id}",
+                         before={"access": sorted(set(chunks[0].meta.get("access") or [])),
+                                 "chunk_ids": sorted(d.id for d in chunks)},
+                         after={"replaced_by": f"document:{renamed[source_id]}"})
 
 
 def _audit_written(settings: Any, report: IngestReport, tenant: str, access: Sequence[str]) -> None:

@@ -70,8 +70,9 @@ class TestIngestPaths:
         assert [i.source_id for i in seen] == [i.source_id for i in report.items]
 
         docs = runtime.document_store.filter_documents()
-        assert {d.meta["source_id"] for d in docs} == {str(tmp_path / n) for n in ("a.txt", "b.md", "c.html",
-                                                                                   "d.pdf", "e.docx")}
+        assert {d.meta["source_id"] for d in docs} == {"a.txt", "b.md", "c.html", "d.pdf", "e.docx"}
+        assert {d.meta["source_path"] for d in docs} == {str(tmp_path / n) for n in ("a.txt", "b.md", "c.html",
+                                                                                     "d.pdf", "e.docx")}
         assert len(docs) == report.chunks_written == 6  # a.txt makes 2 chunks of 20 words with 5 overlapping
         assert all(d.meta["tenant"] == "acme" and d.meta["access"] == ["group:hr"] for d in docs)
         assert all(d.embedding is not None for d in docs)
@@ -108,14 +109,14 @@ class TestReingestion:
         path = tmp_path / "doc.txt"
         path.write_text(words(80, "old"))
         ingest_paths(runtime, [path], "acme", ["everyone"], embedder=embedder)
-        assert len(stored_for(runtime, str(path))) == 5
+        assert len(stored_for(runtime, path.name)) == 5
 
         path.write_text(words(30, "new"))
         report = ingest_paths(runtime, [path], "acme", ["everyone"], embedder=embedder)
 
-        chunks = stored_for(runtime, str(path))
+        chunks = stored_for(runtime, path.name)
         assert [i.status for i in report.items] == ["written"]
-        assert sorted(d.id for d in chunks) == sorted(chunk_id("acme", str(path), i) for i in range(2))
+        assert sorted(d.id for d in chunks) == sorted(chunk_id("acme", path.name, i) for i in range(2))
         assert not any("old" in (d.content or "") for d in chunks)
         assert runtime.document_store.count_documents() == 2
 
