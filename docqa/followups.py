@@ -379,8 +379,7 @@ def _rewrite(previous: Rewrite, turn: str) -> Rewrite:
         return Rewrite(body if leading else turn, turn, METHOD_UNCHANGED, own[0].core)
     if leading or len(_WORD.findall(body)) < _MIN_STANDALONE_WORDS:
         context = previous.subject or previous.question.rstrip("?. ")
-        return Rewrite(f"{body.rstrip(' ?')} (regarding: {context})?", turn, METHOD_CONTEXT, previous.subject,
-                       [context])
+        return Rewrite(f"{body.rstrip()} (regarding: {context})", turn, METHOD_CONTEXT, previous.subject, [context])
     return Rewrite(turn, turn, METHOD_UNCHANGED, previous.subject)
 
 
