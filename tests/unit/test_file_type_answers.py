@@ -67,7 +67,7 @@ FILES = {
 CASES = [
     ("What is the partner discount for resellers?", "partner discount is 12 percent", "deck.pptx", "slide 2"),
     ("What amount did Harbor Freight Logistics order?", "| 5037 | Harbor Freight Logistics | 7315 |",
-     "orders.xlsx", "sheet Orders, rows"),
+     "orders.xlsx", "sheet Orders, row"),
     ("How many seats does the Borealis room have?", "| Borealis | 5 | 14 |", "rooms.csv", "sheet rooms, rows"),
     ("What is the discount for Globex?", "discount for Globex is 17 percent", "offer.eml",
      "attachment offer.pdf, page 1"),
@@ -127,11 +127,14 @@ def test_a_question_is_answered_from_its_file_and_cites_the_place(ingested, ques
     cited = store.filter_documents(filters={"field": "id", "operator": "==", "value": result.citations[0].document_id})
     meta = cited[0].meta
     assert meta["source"] == source and fact in cited[0].content
+    citation = result.citations[0]
     if location is None:
-        assert "location" not in meta
+        assert "location" not in meta and citation.location is None
     else:
-        assert meta["location"].startswith(location)
-    assert meta.get("ocr", False) is (source in ("lease.pdf", "receipt.png"))
+        assert meta["location"].startswith(location) and citation.location == meta["location"]
+    scanned = source in ("lease.pdf", "receipt.png")
+    assert meta.get("ocr", False) is scanned and citation.ocr is scanned
+    assert citation.to_dict().get("ocr", False) is scanned
     if source == "orders.xlsx":  # the chunk holds the header and the rows it names, the row sits among them
         assert cited[0].content.startswith("Sheet: Orders\n| Order | Customer | Amount |")
         assert meta["row_start"] <= 38 <= meta["row_end"]
