@@ -514,7 +514,9 @@ def _swap(previous: Rewrite, turn: str) -> Rewrite | None:
     question = previous.question
     replaced = _swapped(question, other)
     if replaced is None:
-        return Rewrite(f"{question.rstrip(' ?')}, for {other}?", turn, METHOD_CONTEXT, previous.subject, [other])
+        asked = _capitalised(_LEADING.sub("", turn).strip())
+        return Rewrite(f"{asked} (regarding: {question.rstrip('?. ')})", turn, METHOD_CONTEXT, previous.subject,
+                       [other])
     subject = subject_of(other) or previous.subject
     return Rewrite(replaced, turn, METHOD_SWAPPED, subject, [other])
 
@@ -554,9 +556,13 @@ def _swapped(question: str, other: str) -> str | None:
             score += 1
         if lower.endswith(("ed", "ing", "ly")):
             score -= 2
+        following = lowered[index + 1] if index + 1 < len(lowered) else ""
+        if following and following not in _FUNCTION_WORDS and following.isalpha():
+            score -= 2  # a modifier ("hotel" of "hotel limit"), not the thing asked about
         if score > best_score:
             best, best_score = index, score
-    if best is None or best_score < 2:
+    # Only a noun in the place of one ("for meals", "the plan") is swapped; a guess keeps the question as context.
+    if best is None or best_score < 3:
         return None
     word, start, end = tokens[best]
     bare_end = start + len(word.rstrip("?.,!"))

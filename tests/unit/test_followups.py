@@ -57,7 +57,8 @@ def test_it_refers_to_the_question_subject_when_the_answer_names_a_person() -> N
 @pytest.mark.parametrize(("texts", "expected"), [
     (("What is the daily limit for meals?", "Meals: 60 euros a day.", "What about taxis?"),
      "What is the daily limit for taxis?"),
-    (("How are meals reimbursed?", "At cost, with receipts.", "what about taxis?"), "How are taxis reimbursed?"),
+    (("How much is refunded for meals?", "At cost, with receipts.", "what about taxis?"),
+     "How much is refunded for taxis?"),
     (("When may economy class be booked?", "For flights under six hours.", "What about business class?"),
      "When may business class be booked?"),
     (("Was Sid Haig an actor?", "Yes.", "And Vic Darchinyan?"), "Was Vic Darchinyan an actor?"),
@@ -212,3 +213,11 @@ def test_the_rewrite_step_carries_the_wall_clock_of_the_run() -> None:
     step = rewrite_followup(exchange("Who leads Project Halcyon?", "Dana.", "Where did she study?")).to_step()
     assert before <= step.started_at <= time.time()  # never 0: a trace's offsets are measured from it
     assert 0 <= step.duration_s < 5
+
+
+def test_an_uncertain_swap_keeps_the_previous_question_as_context() -> None:
+    # "meals" could stand for "hotel" or "cities": neither is certain, so nothing is swapped.
+    rewrite = rewrite_followup(exchange("What is the hotel limit in major cities?", "180 euros a night.",
+                                        "and for meals?"))
+    assert rewrite.method == METHOD_CONTEXT
+    assert rewrite.question == "For meals? (regarding: What is the hotel limit in major cities)"
