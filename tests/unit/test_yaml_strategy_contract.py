@@ -288,3 +288,61 @@ def test_an_empty_pipelines_dir_means_unset_not_the_current_directory(tmp_path, 
     assert settings.pipelines_dir is None
     assert load_pipelines_dir(settings) == []
     assert not [spec.name for spec in available_pipelines() if spec.source]
+
+
+# A prompted LLM step written out node by node: prompt building, the role's bounded call, a typed parser.
+PROMPT_LLM_PARSER = """\
+components:
+  prompt:
+    type: haystack.components.builders.chat_prompt_builder.ChatPromptBuilder
+    init_parameters:
+      template:
+      - role: user
+        content:
+        - text: 'Answer in one word. {{ question }}'
+      required_variables: [question]
+  llm:
+    type: docqa.components.llm_generation.ConstrainedGeneration
+    init_parameters:
+      chat_generator:
+        type: docqa.llm.role_generator.RoleChatGenerator
+        init_parameters: {role: grader}
+      max_tokens: 8
+      purpose: answer
+  reader:
+    type: docqa.components.reply_parsers.TextReplyParser
+    init_parameters: {first_line: true}
+connections:
+- sender: prompt.prompt
+  receiver: llm.prompt
+- sender: prompt.prompt
+  receiver: reader.prompt
+- sender: llm.replies
+  receiver: reader.replies
+"""
+
+
+def test_a_prompt_llm_parser_graph_is_accepted_bound_to_its_role_and_round_trips(tmp_path):
+    llm = ScriptedChatGenerator(default="Answer in one word. What colour is the sky?\nBlue\nBecause of scattering")
+    runtime = Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: llm)
+    strategy = load_strategy(PROMPT_LLM_PARSER, name="one_word", source="one_word.yaml", runtime=runtime)
+    # Run as a graph: as a file strategy it would first look for passages Alice may read, and there are none.
+    outputs = strategy.pipeline.run({"question": "What colour is the sky?", "principals": ["alice"]},
+                                    include_outputs_from={"reader"})
+    assert outputs["reader"]["answer"] == "Blue" and len(llm.calls) == 1
+    assert llm.calls[0]["prompt"] == "Answer in one word. What colour is the sky?"
+    assert llm.calls[0]["generation_kwargs"]["max_tokens"] == 8
+    assert set(strategy.models) == {"grader"}
+    again = Pipeline.loads(strategy.pipeline.dumps(), allowed_modules=["docqa.*", "haystack.*"])
+    expected, got = strategy.pipeline.to_dict(), again.to_dict()
+    assert got["components"] == expected["components"]
+    assert sorted(map(str, got["connections"])) == sorted(map(str, expected["connections"]))
+
+
+def test_the_generation_node_takes_no_client_but_a_role_s(tmp_path):
+    hostile = PROMPT_LLM_PARSER.replace(
+        "type: docqa.llm.role_generator.RoleChatGenerator\n        init_parameters: {role: grader}",
+        "type: haystack.components.generators.chat.openai.OpenAIChatGenerator\n        init_parameters: {}")
+    with pytest.raises(StrategyFileError, match=r"line 14: llm\.init_parameters\.chat_generator .*an LLM client"):
+        load_strategy(hostile, name="hostile", source="hostile.yaml",
+                      runtime=Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: None))
