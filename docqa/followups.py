@@ -130,6 +130,9 @@ def as_turns(messages: Iterable[Any]) -> list[Turn]:
             role, content = message.get("role"), message.get("content")
         else:
             role, content = message
+        if isinstance(content, list):  # OpenAI content parts: the text ones, in order
+            content = " ".join(part.get("text") or "" for part in content
+                               if isinstance(part, dict) and part.get("type") == "text")
         if role in ("user", "assistant") and isinstance(content, str) and content.strip():
             turns.append(Turn(role, " ".join(content.split())))
     return turns

@@ -82,6 +82,7 @@ export function stepSubstance(step) {
     if (inputs.question !== undefined) lines.push(["Asked", short(inputs.question)]);
     if (inputs.feedback) lines.push(["Why", short(inputs.feedback)]);
     lines.push(["Rewritten as", outputs.query === null ? "no new query" : `${short(outputs.question ?? outputs.query)}${method}`]);
+    if (outputs.rejected_llm_rewrite) lines.push(["Model's rewrite", `not used: ${short(outputs.rejected_llm_rewrite)}`]);
     return lines;
   }
   const query = inputs.query ?? (Array.isArray(obj(inputs.state).queries) ? obj(inputs.state).queries.at(-1) : undefined);

@@ -221,3 +221,12 @@ def test_an_uncertain_swap_keeps_the_previous_question_as_context() -> None:
                                         "and for meals?"))
     assert rewrite.method == METHOD_CONTEXT
     assert rewrite.question == "For meals? (regarding: What is the hotel limit in major cities)"
+
+
+def test_openai_content_parts_are_read_as_text() -> None:
+    rewrite = rewrite_followup([
+        {"role": "user", "content": [{"type": "text", "text": "Who leads Project Halcyon?"}]},
+        {"role": "assistant", "content": "Dana Whitlock."},
+        {"role": "user", "content": [{"type": "text", "text": "Where did she"}, {"type": "image_url"},
+                                     {"type": "text", "text": "study?"}]}])
+    assert rewrite.question == "Where did Dana Whitlock study?"
