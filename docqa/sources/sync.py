@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from haystack.document_stores.types import DuplicatePolicy
-from sqlalchemy import select
+from sqlalchemy import delete, select, update
 
 from docqa.access import validate_access_meta
 from docqa.errors import DocqaError
@@ -276,7 +276,11 @@ def _update_entry(run: _Run, entry_id: int, **values: Any) -> None:
 
 
 def _apply_access(run: _Run, works: list[_Work]) -> None:
-    """New access lists on stored chunks, without re-embedding; one audited change per document."""
+    """New access lists on stored chunks, without re-embedding; one audited change per document.
+
+    The event and the entry's new access list commit in one transaction, after the store write: a run killed
+    before the commit leaves the entry as it was, so the rerun writes (idempotently) and audits the change once.
+    """
     from docqa.audit.events import DOCUMENT_ACCESS_CHANGED, event_around
 
     store = run.runtime.document_store if works else None
@@ -288,17 +292,16 @@ def _apply_access(run: _Run, works: list[_Work]) -> None:
             # The chunks went away behind the source's back (deleted by hand): ingest the item again.
             _ingest(run, [work], lambda _line: None)
             continue
-        before = sorted({p for doc in stored for p in (doc.meta or {}).get("access") or []})
-        if before != work.access:
-            updated = [replace(doc, meta={**doc.meta, "access": work.access}) for doc in stored]
-            with event_around(run.settings, tenant=run.source.tenant, actor=run.actor,
-                              action=DOCUMENT_ACCESS_CHANGED, target=f"document:{document_id}",
-                              request_id=f"source:{run.source.name}",
-                              before={"access": before, "chunks": len(stored)},
-                              after={"access": work.access, "chunks": len(stored), "source": run.source.name,
-                                     "chunk_ids": sorted(doc.id for doc in stored)}):
-                store.write_documents(updated, policy=DuplicatePolicy.OVERWRITE)
-        _update_entry(run, work.entry.id, access=work.access, quick=work.item.quick or work.entry.quick)
+        before = sorted(work.entry.access or [])
+        updated = [replace(doc, meta={**doc.meta, "access": work.access}) for doc in stored]
+        with event_around(run.settings, tenant=run.source.tenant, actor=run.actor, action=DOCUMENT_ACCESS_CHANGED,
+                          target=f"document:{document_id}", request_id=f"source:{run.source.name}",
+                          before={"access": before, "chunks": len(stored)},
+                          after={"access": work.access, "chunks": len(stored), "source": run.source.name,
+                                 "chunk_ids": sorted(doc.id for doc in stored)}) as session:
+            store.write_documents(updated, policy=DuplicatePolicy.OVERWRITE)
+            session.execute(update(SourceEntry).where(SourceEntry.id == work.entry.id).values(
+                access=work.access, quick=work.item.quick or work.entry.quick))
         run.report.access_changed += 1
 
 
@@ -428,31 +431,51 @@ def _settle(run: _Run, item_ids: list[int]) -> None:
 
 
 def _delete(run: _Run, gone: list[SourceEntry], say: Callable[[str], None]) -> None:
-    from docqa.ingestion.jobs import delete_document
-
     for entry in gone:
         if entry.pending_item is not None:
             run.report.pending += 1
             continue
-        delete_document(run.runtime, run.source.tenant, entry.document_id, actor=run.actor,
-                        request_id=f"source:{run.source.name}")
-        with run.sessions.begin() as session:
-            row = session.get(SourceEntry, entry.id)
-            if row is not None:
-                session.delete(row)
+        delete_entry_document(run.settings, run.runtime, run.source, entry, actor=run.actor)
         run.report.deleted += 1
     say(f"{run.source.name}: {len(gone)} items gone from the source deleted")
 
 
+def delete_entry_document(settings: Settings, runtime: Any, source: SyncSource, entry: SourceEntry, *,
+                          actor: str) -> int:
+    """Delete an entry's document (its chunks) and the entry, audited as `document.deleted` with the access
+    list docqa recorded; returns the chunks deleted.
+
+    The event and the entry's removal commit together after the store deletion: a run killed before the commit
+    keeps the entry, and the rerun (finding fewer or no chunks) records the deletion once.
+    """
+    from docqa.audit.events import DOCUMENT_DELETED, event_around
+
+    store = runtime.document_store
+    found = store.filter_documents(filters=_document_filter(source.tenant, entry.document_id))
+    ids = sorted(doc.id for doc in found)
+    if not ids and entry.fingerprint is None:  # never stored (it failed each time): nothing to delete or audit
+        with job_sessions(settings).begin() as session:
+            session.execute(delete(SourceEntry).where(SourceEntry.id == entry.id))
+        return 0
+    access = sorted(set(entry.access or []) | {p for doc in found for p in (doc.meta or {}).get("access") or []})
+    with event_around(settings, tenant=source.tenant, actor=actor, action=DOCUMENT_DELETED,
+                      target=f"document:{entry.document_id}", request_id=f"source:{source.name}",
+                      before={"access": access, "chunks": len(ids), "chunk_ids": ids, "source": source.name},
+                      after=None) as session:
+        if ids:
+            store.delete_documents(ids)
+        session.execute(delete(SourceEntry).where(SourceEntry.id == entry.id))
+    return len(ids)
+
+
 def remove_source_documents(settings: Settings, source: SyncSource, actor: str, runtime: Any) -> int:
     """Delete every document a source stored (audited like any deletion); returns how many were deleted."""
-    from docqa.ingestion.jobs import delete_document
-
     with job_sessions(settings)() as session:
-        documents = list(session.scalars(select(SourceEntry.document_id).where(SourceEntry.source_pk == source.id)))
+        entries = list(session.scalars(select(SourceEntry).where(SourceEntry.source_pk == source.id)))
+        session.expunge_all()
     deleted = 0
-    for document_id in documents:
-        if delete_document(runtime, source.tenant, document_id, actor=actor, request_id=f"source:{source.name}"):
+    for entry in entries:
+        if delete_entry_document(settings, runtime, source, entry, actor=actor):
             deleted += 1
     return deleted
 

@@ -200,7 +200,8 @@ def test_sync_killed_at_each_step_and_run_again_ends_in_the_same_state(settings,
     # after the store deleted a document (before its entry is gone).
     monkeypatch.setattr(sync_module, "ITEMS_PER_JOB", 2)
     if step == "deleted":
-        monkeypatch.setattr("docqa.ingestion.jobs.delete_document", _delete_then(Killed))
+        monkeypatch.setattr(SharedRuntime.store, "delete_documents", _then(SharedRuntime.store.delete_documents,
+                                                                           Killed))
     else:
         target, die_at = {"queued": ("_dispatch", 2), "processed": ("_settle", 2), "settled": ("_delete", 1)}[step]
         original = getattr(sync_module, target)
@@ -237,11 +238,29 @@ def test_sync_killed_at_each_step_and_run_again_ends_in_the_same_state(settings,
     assert (again.added, again.changed, again.deleted, again.unchanged) == (0, 0, 0, 7)
 
 
-def _delete_then(exc: type[BaseException]):
-    from docqa.ingestion.jobs import delete_document
-
+def _then(function, exc: type[BaseException]):
     def wrapped(*args, **kwargs):
-        delete_document(*args, **kwargs)
+        function(*args, **kwargs)
         raise exc
 
     return wrapped
+
+
+def test_access_change_killed_after_the_store_write_is_audited_once(settings, folder, tmp_path,
+                                                                    monkeypatch) -> None:
+    acl = tmp_path / "share.acl"
+    acl.write_text("finance/**  group:finance\n")
+    define_source(settings, name="share", type="folder", tenant="default", config={"path": str(folder)},
+                  allow=["group:staff"], acl_map=str(acl))
+    _sync(settings)
+    acl.write_text("finance/**  group:board\n")
+    monkeypatch.setattr(SharedRuntime.store, "write_documents", _then(SharedRuntime.store.write_documents, Killed))
+    with pytest.raises(Killed):
+        _sync(settings)
+    monkeypatch.undo()
+    monkeypatch.setattr("docqa.runtime.Runtime", SharedRuntime)
+    assert audit_events(settings, DOCUMENT_ACCESS_CHANGED) == []  # the store has it, the commit never came
+    assert _sync(settings).access_changed == 1
+    [event] = audit_events(settings, DOCUMENT_ACCESS_CHANGED)
+    assert (event.before["access"], event.after["access"]) == (["group:finance"], ["group:board"])
+    assert _sync(settings).access_changed == 0
