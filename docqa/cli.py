@@ -100,27 +100,14 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 def _run_question(settings: Settings, runtime: Any, pipeline_name: str, question: str, scope: AccessScope,
                   asked_by: str, options: dict[str, Any], run_options: dict[str, Any] | None = None) -> Any:
-    from docqa.audit.recorder import answer_with_audit
-    from docqa.audit.scrub import mask_secrets
-    from docqa.pipelines.base import validate_question
-    from docqa.pipelines.registry import build_pipeline, check_inputs
-    from docqa.run_control import OUTCOME_CANCELLED, RunControl
+    """One question through the question service (as the HTTP API asks it); Ctrl-C leaves a cancelled trace."""
+    from docqa.questions import Ask, Asker, QuestionService
     from docqa.step_tracer import enable_step_tracing
 
-    question = mask_secrets(question, settings)
-    validate_question(question, settings.max_question_chars)
     enable_step_tracing(settings)
     _load_strategy_files(settings)
-    run_options = check_inputs(pipeline_name, run_options)
-    pipeline = build_pipeline(pipeline_name, runtime, **options)
-    control = RunControl.from_settings(settings)
-    try:
-        return answer_with_audit(pipeline, question, scope, asked_by=asked_by, settings=settings,
-                                 run_options=run_options, control=control)
-    except KeyboardInterrupt:
-        # Interrupted at the terminal: the question still leaves its one trace, marked cancelled.
-        control.stop(OUTCOME_CANCELLED)
-        raise
+    ask = Ask(question, strategy=pipeline_name, options=options, inputs=run_options or {})
+    return QuestionService(runtime).answer(ask, Asker(scope, asked_by=asked_by)).result
 
 
 def _print_result(result: Any, as_json: bool) -> None:

@@ -8,13 +8,12 @@ rewritten against the standalone form of the turn before it (so a subject carrie
 - any other follow-up (a leading "and"/"also", or too short to stand alone) keeps the previous question as
   context: "... (regarding: <subject or previous question>)".
 No model is involved, so a weak local model cannot lose the subject, and the rewrite is reproducible from the
-trace. `RewrittenQuestion` runs a pipeline on the standalone question and records the rewrite as its first
-step (kind "rewrite").
+trace. The question service runs the strategy on the standalone question and records the rewrite
+(`Rewrite.to_step()`, kind "rewrite") as the run's first step.
 
 Usage:
     rewrite = standalone_question(["Where is Halcyon headquartered?", "and when was it founded?"])
     rewrite.question  # "When was Halcyon founded?"
-    RewrittenQuestion(pipeline, rewrite).run(rewrite.question, scope)
 """
 
 from __future__ import annotations
@@ -22,11 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from docqa.access import AccessScope
-from docqa.pipelines.base import QAPipeline
-from docqa.result import PipelineResult, Step
+from docqa.result import Step
 
 _SUBJECT_PRONOUNS = ("it", "they", "them", "he", "him", "she", "this", "that", "these", "those")
 _POSSESSIVE_PRONOUNS = ("its", "their", "his", "her")
@@ -114,25 +110,3 @@ def _rewrite(previous: Rewrite, turn: str) -> Rewrite:
 
 def _capitalised(text: str) -> str:
     return text[:1].upper() + text[1:]
-
-
-class RewrittenQuestion:
-    """Runs a pipeline on a conversation's standalone question; the rewrite is the result's first step."""
-
-    def __init__(self, inner: QAPipeline, rewrite: Rewrite) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.rewrite = rewrite
-
-    def config(self) -> dict[str, Any]:
-        return self.inner.config()
-
-    def run(self, question: str, scope: AccessScope, filters: dict[str, Any] | None = None,
-            **inputs: Any) -> PipelineResult:
-        result = self.inner.run(question, scope, filters, **inputs)
-        for step in result.steps:
-            step.index += 1
-            if step.parent is not None:
-                step.parent += 1
-        result.steps.insert(0, self.rewrite.to_step())
-        return result

@@ -30,6 +30,8 @@ class StrategyOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     ceilings: ClassVar[dict[str, str]] = {}
+    # The setting a builder falls back to when a field is not given (`top_k or settings.top_k`).
+    setting_defaults: ClassVar[dict[str, str]] = {}
 
     @model_validator(mode="after")
     def _within_ceilings(self, info: ValidationInfo) -> StrategyOptions:
@@ -45,15 +47,38 @@ class StrategyOptions(BaseModel):
         """The options that were given, as keyword arguments of the strategy's builder."""
         return self.model_dump(exclude_none=True)
 
+    def resolved(self, settings: Settings, builder_defaults: dict[str, Any]) -> StrategyOptions:
+        """These options with every field not given set to what the builder would use, so that options meaning
+        the same strategy are equal (and hash equal): `{}` and `{"top_k": 5}` when 5 is the default.
+
+        :param builder_defaults: the builder's own keyword defaults (its signature), for fields without a setting.
+        """
+        filled: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            if getattr(self, name) is not None:
+                continue
+            if name in self.setting_defaults:
+                filled[name] = getattr(settings, self.setting_defaults[name])
+            elif builder_defaults.get(name) is not None:
+                filled[name] = builder_defaults[name]
+        # Not re-validated: a default beyond a ceiling is the deployment's choice, exactly as the builder takes it.
+        return self.model_copy(update=filled) if filled else self
+
+    def __hash__(self) -> int:
+        # A list option (MSPR's sources) keeps the generated hash from working; the JSON form is canonical.
+        return hash((type(self), self.model_dump_json()))
+
 
 class NoRetrievalOptions(StrategyOptions):
     ceilings: ClassVar[dict[str, str]] = {"max_tokens": "max_completion_tokens"}
+    setting_defaults: ClassVar[dict[str, str]] = {"max_tokens": "llm_max_tokens"}
 
     max_tokens: PositiveInt | None = None
 
 
 class StandardOptions(StrategyOptions):
     ceilings: ClassVar[dict[str, str]] = {"top_k": "max_top_k", "max_tokens": "max_completion_tokens"}
+    setting_defaults: ClassVar[dict[str, str]] = {"top_k": "top_k", "max_tokens": "llm_max_tokens"}
 
     top_k: PositiveInt | None = None
     max_tokens: PositiveInt | None = None
@@ -64,6 +89,7 @@ class ReSPOptions(StrategyOptions):
         "top_k": "max_top_k", "max_iterations": "max_iterations",
         "summary_tokens": "max_completion_tokens", "answer_tokens": "max_completion_tokens",
     }
+    setting_defaults: ClassVar[dict[str, str]] = {"top_k": "top_k", "max_iterations": "resp_max_iterations"}
 
     top_k: PositiveInt | None = None
     max_iterations: PositiveInt | None = None
@@ -77,6 +103,7 @@ class ATRAGOptions(StrategyOptions):
         "max_tokens": "max_completion_tokens", "max_prompt_documents": "max_prompt_documents",
         "max_document_chars": "max_document_chars",
     }
+    setting_defaults: ClassVar[dict[str, str]] = {"top_k": "top_k", "max_tokens": "llm_max_tokens"}
 
     top_k: PositiveInt | None = None
     max_iterations: PositiveInt | None = None
@@ -95,6 +122,9 @@ class MSPROptions(StrategyOptions):
         "top_k": "max_top_k", "max_steps": "max_iterations", "max_reviews": "max_iterations",
         "max_tokens": "max_completion_tokens",
     }
+    setting_defaults: ClassVar[dict[str, str]] = {
+        "top_k": "top_k", "max_steps": "mspr_max_steps", "max_reviews": "mspr_max_reviews",
+    }
 
     top_k: PositiveInt | None = None
     max_steps: PositiveInt | None = None
@@ -110,6 +140,10 @@ class ConTReOptions(StrategyOptions):
 
     ceilings: ClassVar[dict[str, str]] = {
         "top_k": "max_top_k", "max_depth": "max_tree_depth", "max_breadth": "max_tree_breadth",
+        "max_llm_calls": "max_llm_calls_per_question",
+    }
+    setting_defaults: ClassVar[dict[str, str]] = {
+        "top_k": "top_k", "max_depth": "contregen_max_depth", "max_breadth": "contregen_max_breadth",
         "max_llm_calls": "max_llm_calls_per_question",
     }
 

@@ -8,6 +8,7 @@ Usage:
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from docqa.errors import UnknownPipelineError
 from docqa.pipelines.base import QAPipeline
 from docqa.pipelines.options import StrategyInputs, StrategyOptions, validate_inputs, validate_options
 from docqa.runtime import Runtime
+from docqa.settings import Settings
 
 Builder = Callable[..., QAPipeline]
 
@@ -91,6 +93,32 @@ def pipeline_spec(name: str) -> PipelineSpec:
 def check_options(name: str, options: dict[str, Any] | None, runtime: Runtime) -> StrategyOptions:
     """The strategy's typed options; raises `InvalidOptionsError` naming a wrong or out-of-range option."""
     return validate_options(name, options, runtime.settings, pipeline_spec(name).options)
+
+
+def resolve_options(name: str, options: dict[str, Any] | None, settings: Settings) -> StrategyOptions:
+    """The strategy's typed options with every default filled in: equal models build equal pipelines.
+
+    :raises UnknownPipelineError: no strategy of that name.
+    :raises InvalidOptionsError: an unknown, mistyped or out-of-range option.
+    """
+    spec = pipeline_spec(name)
+    return validate_options(name, options, settings, spec.options).resolved(settings, _builder_defaults(spec))
+
+
+def _builder_defaults(spec: PipelineSpec) -> dict[str, Any]:
+    try:
+        parameters = inspect.signature(spec.builder).parameters.values()
+    except (TypeError, ValueError):  # a builder without a readable signature keeps its options as given
+        return {}
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def build_from_options(name: str, runtime: Runtime, options: StrategyOptions) -> QAPipeline:
+    """Build a strategy from options its model already validated (`resolve_options`), without checking again."""
+    spec = pipeline_spec(name)
+    if not isinstance(options, spec.options):
+        raise TypeError(f"pipeline {name!r} takes {spec.options.__name__}, not {type(options).__name__}")
+    return spec.builder(runtime, **options.build_kwargs())
 
 
 def check_inputs(name: str, inputs: dict[str, Any] | None) -> dict[str, Any]:

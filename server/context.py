@@ -1,22 +1,21 @@
-"""What every request handler of one worker shares: settings, runtime, database sessions and limiters."""
+"""What every request handler of one worker shares: settings, runtime, database sessions, limiters and the
+question service (`context.questions`) every question goes through."""
 
 from __future__ import annotations
 
-import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import sessionmaker
 
 from docqa.accounts.oidc import TokenVerifier
-from docqa.run_control import OUTCOME_CANCELLED, RunControl
+from docqa.questions import QuestionService
+from docqa.questions.pipeline_cache import PipelineCache
+from docqa.run_control import RunControl
 from docqa.runtime import Runtime
 from docqa.server.config import ServerSettings
 from docqa.server.limits import QuerySlots, RateLimiter, RedisRateLimiter
-from docqa.server.pipeline_cache import PipelineCache
 from docqa.server.signin_throttle import SigninThrottle, build_signin_throttle
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -28,29 +27,41 @@ class ServerContext:
     slots: QuerySlots
     token_verifier: TokenVerifier | None = None
     signin_throttle: SigninThrottle | None = None
-    pipelines: PipelineCache = field(init=False)
-    executor: ThreadPoolExecutor = field(init=False)
-    # Runs in progress, so that a stopping server cancels them and each still leaves its trace.
-    active_runs: set[RunControl] = field(init=False, default_factory=set)
-    # Set when the worker is told to stop (`shutdown.stop_runs_now`): no new run begins.
-    stopping: bool = field(init=False, default=False)
+    questions: QuestionService = field(init=False)
 
     def __post_init__(self) -> None:
         if self.signin_throttle is None:
             self.signin_throttle = build_signin_throttle(self.settings)
-        self.pipelines = PipelineCache(self.runtime)
         # Threads beyond the slot count absorb runs abandoned by a query timeout.
-        self.executor = ThreadPoolExecutor(
-            max_workers=self.settings.max_concurrent_queries * 2, thread_name_prefix="docqa-query"
+        self.questions = QuestionService(
+            self.runtime, settings=self.settings, sessions=self.sessions, slots=self.slots,
+            timeout_s=self.settings.query_timeout_s, workers=self.settings.max_concurrent_queries * 2,
         )
 
+    @property
+    def pipelines(self) -> PipelineCache:
+        return self.questions.pipelines
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        return self.questions.executor
+
+    @property
+    def active_runs(self) -> set[RunControl]:
+        """Runs in progress, so that a stopping worker cancels them and each still leaves its trace."""
+        return self.questions.active_runs
+
+    @property
+    def stopping(self) -> bool:
+        """Set when the worker is told to stop (`shutdown.stop_runs_now`): no new run begins."""
+        return self.questions.stopping
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        self.questions.stopping = value
+
     def close(self) -> None:
-        for control in list(self.active_runs):
-            try:
-                control.stop(OUTCOME_CANCELLED)
-            except Exception:  # one failed trace write must not keep the others from being written
-                logger.exception("could not record a run cancelled at shutdown")
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.questions.close()
         if isinstance(self.rate_limiter, RedisRateLimiter):
             self.rate_limiter.close()
         if self.signin_throttle is not None:

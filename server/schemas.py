@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from docqa.result import PipelineResult
+from docqa.questions import Answer, Ask
 
 OptionValue = str | int | float | bool
 # Runtime inputs a strategy may take beside its options, as top-level body fields (validated per strategy).
@@ -30,8 +30,10 @@ class QueryRequest(BaseModel):
         "Ask in one of your stored conversations (a follow-up is rewritten against its earlier questions), or "
         "'new' to start one; the answer is stored as the conversation's next turn."))
 
-    def run_inputs(self) -> dict[str, Any]:
-        return {name: value for name in RUN_INPUTS if (value := getattr(self, name)) is not None}
+    def to_ask(self) -> Ask:
+        inputs = {name: value for name in RUN_INPUTS if (value := getattr(self, name)) is not None}
+        return Ask(self.question, strategy=self.pipeline, options=dict(self.options), inputs=inputs,
+                   conversation_id=self.conversation_id)
 
 
 class CitationOut(BaseModel):
@@ -58,8 +60,8 @@ class QueryResponse(BaseModel):
     conversation_id: str | None = Field(default=None, description="The conversation this answer was stored in.")
 
 
-def query_response(result: PipelineResult, selection: dict[str, Any]) -> dict[str, Any]:
-    data = result.to_dict()
+def query_response(answer: Answer) -> dict[str, Any]:
+    data = answer.result.to_dict()
     return {
         "answer": data["answer"],
         "answer_source": data["answer_source"],
@@ -67,8 +69,9 @@ def query_response(result: PipelineResult, selection: dict[str, Any]) -> dict[st
         "pipeline": data["pipeline"],
         "trace_id": data["trace_id"],
         "citations": data["citations"],
-        "selection": selection,
+        "selection": answer.selection,
         "stop_reason": data["stop_reason"],
         "totals": data["totals"],
         "steps": data["steps"],
+        "conversation_id": answer.conversation_id,
     }

@@ -1,19 +1,22 @@
 """Writing traces: one per question, appended to the chain in the same transaction as everything it records.
 
 Usage:
-    from docqa.audit.recorder import answer_with_audit
-    result = answer_with_audit(pipeline, "Who founded Acme?", scope, asked_by="alice", settings=settings)
-    result.trace_id  # committed before the answer is returned
+    open_run(settings, run_id=run_id, asked_by="alice", tenant="acme", question=q, pipeline="standard",
+             config=config, models=models, asked_at=now)
+    trace_id = record_answer(settings, result, asked_by="alice", tenant="acme", question=q, pipeline="standard",
+                             models=models, run_id=run_id)
 
-A run is written `started` (an `AuditRun` row, see `runs.py`) before its pipeline runs; its one trace, with the
-run's id, replaces that row in one transaction. A returned answer always has its committed trace; a run that
-raised leaves a trace with status `failed`, the error and the steps taken so far; a run whose process died
-stays `started` until a later start closes it as `interrupted` (`close_interrupted_runs`), never a partial
-trace.
+A question's run and its trace are driven by the question service (`docqa.questions.audited_run.AuditedRun`),
+which decides what is recorded; this module stores it. A run is written `started` (an `AuditRun` row, see
+`runs.py`) before its pipeline runs; its one trace, with the run's id, replaces that row in one transaction.
+A returned answer always has its committed trace; a run that raised leaves a trace with status `failed`, the
+error and the steps taken so far; a run whose process died stays `started` until a later start closes it as
+`interrupted` (`close_interrupted_runs`), never a partial trace.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -27,7 +30,6 @@ from typing import Any
 from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
-from docqa.access import AccessScope
 from docqa.audit.canonical import canonical_bytes, trace_payload
 from docqa.audit.chain import IMMEDIATE_SESSION, chain_tail, link_mac, lock_chain
 from docqa.audit.keys import hmac_key
@@ -36,17 +38,8 @@ from docqa.audit.runs import DEFAULT_GRACE_S, Owner, RunAlreadySettled, open_run
 from docqa.audit.scrub import clean, clean_text, secret_values
 from docqa.audit.tenant_numbering import TRACE, next_tenant_seq
 from docqa.db import make_engine
-from docqa.pipelines.base import QAPipeline, config_hash
-from docqa.recording import StepRecorder, capture_recorders
 from docqa.result import Citation, LLMUsage, PipelineResult, Step
-from docqa.run_control import (
-    OUTCOME_CANCELLED,
-    OUTCOME_COMPLETED,
-    OUTCOME_FAILED,
-    OUTCOME_TIMED_OUT,
-    RunControl,
-    RunStopped,
-)
+from docqa.run_control import OUTCOME_CANCELLED, OUTCOME_TIMED_OUT
 from docqa.settings import LLM_ROLES, Settings
 
 logger = logging.getLogger(__name__)
@@ -121,6 +114,7 @@ def record_answer(
     session: Session | None = None,
     status: str | None = None,
     run_id: str | None = None,
+    config_hash: str | None = None,
 ) -> str:
     """Append one trace to the chain and return its id.
 
@@ -132,6 +126,8 @@ def record_answer(
     :param session: append inside the caller's transaction (from `audit_session`); the caller commits.
         Without it the trace is committed before this returns.
     :param run_id: the run's id (from `open_run`): the trace takes it and replaces the run's `started` row.
+    :param config_hash: the hash of the strategy's config, when `config` does not carry it (`config_hash`); a
+        config with neither is hashed in the trace's canonical form.
     :returns: the trace id.
     :raises RunAlreadySettled: the run already has its trace (nothing is written).
     """
@@ -142,6 +138,7 @@ def record_answer(
     trace = build_trace(
         settings, result, asked_by=asked_by, tenant=tenant, question=question, pipeline=pipeline,
         models=models, config=config, error=error, steps=steps, asked_at=asked_at, status=status,
+        config_hash=config_hash,
     )
     if run_id is not None:
         trace.id = run_id
@@ -253,6 +250,7 @@ def build_trace(
     steps: Sequence[Step] | None,
     asked_at: datetime | None,
     status: str | None = None,
+    config_hash: str | None = None,
 ) -> AuditTrace:
     secrets = secret_values(settings)
     if result is not None:
@@ -266,7 +264,7 @@ def build_trace(
         asked_at=(asked_at or datetime.now(UTC)).astimezone(UTC),
         question=clean_text(question, secrets),
         pipeline=pipeline,
-        config_hash=str(config.get("config_hash") or config_hash(config)),
+        config_hash=str(config.get("config_hash") or config_hash or _hash_of(config)),
         config=config,
         models=clean(dict(models), secrets),
         answer=None if result is None else clean_text(result.answer, secrets),
@@ -278,6 +276,11 @@ def build_trace(
     )
     trace.steps = [_step_row(step, secrets) for step in (steps or [])]
     return trace
+
+
+def _hash_of(config: dict[str, Any]) -> str:
+    # A config handed over without its hash (the strategy's config_hash): hashed in the trace's canonical form.
+    return hashlib.sha256(canonical_bytes(config)).hexdigest()
 
 
 def _totals(result: PipelineResult | None, steps: Sequence[Step] | None) -> dict[str, Any]:
@@ -321,88 +324,6 @@ def _documents(outputs: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"id": d.get("id"), "score": d.get("score")} for d in docs if isinstance(d, dict) and "id" in d]
 
 
-class AuditedRun:
-    """One question's run and its single trace, written by whoever settles the outcome first.
-
-    `run()` (in a worker thread) first commits the run's `started` row, then writes `completed` or `failed`;
-    `control.stop(...)` (from the request side, at a timeout, a disconnect or a server shutdown) writes
-    `timed_out`/`cancelled` at once with the steps taken so far, and the run stops at its next step boundary
-    without writing anything more. The trace id is `run_id` in every case.
-    """
-
-    def __init__(
-        self,
-        pipeline: QAPipeline,
-        question: str,
-        scope: AccessScope,
-        asked_by: str,
-        settings: Settings,
-        *,
-        filters: dict[str, Any] | None = None,
-        models: dict[str, Any] | None = None,
-        run_options: dict[str, Any] | None = None,
-        control: RunControl | None = None,
-    ) -> None:
-        self.pipeline = pipeline
-        self.question = question
-        self.scope = scope
-        self.settings = settings
-        self.filters = filters
-        self.run_options = run_options or {}
-        self.control = control or RunControl.from_settings(settings)
-        self.control.on_stop(self._record_stopped)
-        self._recorders: list[StepRecorder] = []
-        self.run_id = str(uuid.uuid4())
-        # A stop and the start of the run never interleave: a run stopped first never writes its `started` row.
-        self._starting = threading.Lock()
-        self._common: dict[str, Any] = {
-            "asked_by": asked_by, "tenant": scope.tenant, "pipeline": pipeline.name,
-            "models": models if models is not None else models_from_settings(settings),
-            "asked_at": datetime.now(UTC),
-        }
-
-    def run(self) -> PipelineResult:
-        """Run the pipeline; returns the result with its committed trace id, or raises (trace written)."""
-        close_interrupted_runs_now_and_then(self.settings)
-        with self._starting:
-            if self.control.outcome is not None:  # stopped before it began; the stop wrote the trace
-                raise RunStopped(self.control.outcome)
-            open_run(self.settings, run_id=self.run_id, question=self.question, config=self.pipeline.config(),
-                     timeout_s=self.control.remaining_s(), **self._common)
-        with capture_recorders() as recorders, self.control.active():
-            self._recorders = recorders
-            try:
-                result = self.pipeline.run(self.question, self.scope, self.filters, **self.run_options)
-            except RunStopped as exc:
-                # The run noticed its own deadline before the request side did.
-                if self.control.decide(exc.outcome):
-                    self._record_stopped(exc.outcome)
-                raise
-            except Exception as exc:
-                if self.control.decide(OUTCOME_FAILED):
-                    record_answer(
-                        self.settings, None, question=self.question, config=self.pipeline.config(),
-                        error=f"{type(exc).__name__}: {exc}", steps=_steps_of_failed_run(recorders),
-                        run_id=self.run_id, **self._common,
-                    )
-                raise
-        if not self.control.decide(OUTCOME_COMPLETED):
-            # Timed out or cancelled while finishing: the caller never got this answer, and the trace says so.
-            raise RunStopped(self.control.outcome or OUTCOME_CANCELLED)
-        result.trace_id = record_answer(self.settings, result, question=result.question, run_id=self.run_id,
-                                        **self._common)
-        return result
-
-    def _record_stopped(self, outcome: str) -> None:
-        with self._starting:
-            steps = (self._recorders[0].snapshot(f"not finished: the run {_described(outcome)}")
-                     if self._recorders else [])
-            record_answer(
-                self.settings, None, question=self.question, config=self.pipeline.config(), status=outcome,
-                error=f"the run {_described(outcome)}", steps=steps, run_id=self.run_id, **self._common,
-            )
-
-
 def record_stopped_before_start(
     settings: Settings, outcome: str, *, asked_by: str, tenant: str, question: str, pipeline: str,
     config: dict[str, Any],
@@ -411,39 +332,10 @@ def record_stopped_before_start(
     return record_answer(
         settings, None, asked_by=asked_by, tenant=tenant, question=question, pipeline=pipeline,
         models=models_from_settings(settings), config=config, status=outcome,
-        error=f"the run {_described(outcome)} before it started",
+        error=f"the run {stopped_description(outcome)} before it started",
     )
 
 
-def _described(outcome: str) -> str:
+def stopped_description(outcome: str) -> str:
+    """How a trace says the run stopped: "timed out", "was cancelled"."""
     return {OUTCOME_TIMED_OUT: "timed out", OUTCOME_CANCELLED: "was cancelled"}.get(outcome, outcome)
-
-
-def _steps_of_failed_run(recorders: list[StepRecorder]) -> list[Step]:
-    # The first recorder is the pipeline's own; any later one belongs to a nested helper and would reuse
-    # step positions.
-    return list(recorders[0].steps) if recorders else []
-
-
-def answer_with_audit(
-    pipeline: QAPipeline,
-    question: str,
-    scope: AccessScope,
-    asked_by: str,
-    settings: Settings,
-    *,
-    filters: dict[str, Any] | None = None,
-    models: dict[str, Any] | None = None,
-    run_options: dict[str, Any] | None = None,
-    control: RunControl | None = None,
-) -> PipelineResult:
-    """Run a pipeline and commit its trace before returning the answer (or re-raising its error).
-
-    :param asked_by: the authenticated caller (user id), never taken from the request body.
-    :param models: the model serving each LLM role; defaults to the settings' per-role endpoints.
-    :param run_options: strategy-specific keyword arguments of `pipeline.run` (e.g. AT-RAG's `as_of`).
-    :param control: the run's budget, deadline and cancellation (default: the settings' limits, no deadline).
-    :returns: the result, with `trace_id` set to the committed trace.
-    """
-    return AuditedRun(pipeline, question, scope, asked_by, settings, filters=filters, models=models,
-                      run_options=run_options, control=control).run()

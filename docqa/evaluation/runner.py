@@ -1,8 +1,9 @@
 """Run evaluation questions through registered strategies, one audited answer per (question, strategy).
 
-Every answer goes through the same path as `docqa ask`: the strategy is built by the registry (options checked
-by its options model), the question runs as the given `AccessScope` (so it only sees what those principals may
-read) under the settings' run budget, and the audit recorder commits a normal trace whose `asked_by` is
+Every answer goes through the question service, the same path as `docqa ask` and the HTTP API: each strategy's
+options are validated once into its options model (its built pipeline reused for every question), the question
+runs as the given `AccessScope` (so it only sees what those principals may read) under the settings' run budget,
+and the service commits a normal trace whose `asked_by` is
 `eval:<label>`, which is how the trace view tells evaluation traffic apart (its User filter, `GET
 /v1/traces?user=eval:<label>`, matches exactly: one run's traces). Results are appended to
 `results.jsonl` one line per (question, strategy) as soon as each finishes, so an interrupted run resumes
@@ -220,12 +221,10 @@ def run_evaluation(
     """
     from tqdm import tqdm
 
-    from docqa.audit.recorder import answer_with_audit
     from docqa.audit.scrub import mask_secrets
-    from docqa.pipelines.base import validate_question
-    from docqa.pipelines.registry import build_pipeline, check_inputs, pipeline_spec
+    from docqa.pipelines.registry import pipeline_spec
     from docqa.pipelines.yaml_strategies import load_pipelines_dir
-    from docqa.run_control import RunControl
+    from docqa.questions import Ask, Asker, QuestionService
     from docqa.step_tracer import enable_step_tracing
 
     settings = runtime.settings
@@ -240,11 +239,14 @@ def run_evaluation(
 
     enable_step_tracing(settings)
     load_pipelines_dir(settings)
-    built = {}
+    service = QuestionService(runtime)
+    validated = {}
     for name in pipelines:
         accepted = _accepted_options(pipeline_spec(name), options or {})
-        built[name] = build_pipeline(name, runtime, **{**accepted, **(pipeline_options or {}).get(name, {})})
-    asked_by = f"eval:{label or out_dir.name}"
+        validated[name] = service.options(name, {**accepted, **(pipeline_options or {}).get(name, {})})
+        service.pipelines.get(name, validated[name])  # built before the first question: a bad build stops here
+    asker = Asker(scope, asked_by=f"eval:{label or out_dir.name}")
+    asked_by = asker.asked_by
     _write_run_file(out_dir, runtime, pipelines, scope, asked_by, len(questions), judged=judge is not None,
                     options={name: {**_accepted_options(pipeline_spec(name), options or {}),
                                     **(pipeline_options or {}).get(name, {})} for name in pipelines})
@@ -256,15 +258,14 @@ def run_evaluation(
     try:
         with path.open("a", encoding="utf-8") as output:
             for question, name in todo:
-                asked = mask_secrets(question.question, settings)  # also in the results file
-                record = EvalRecord(name, question.id, asked, list(question.answers))
+                ask = Ask(question.question, strategy=name, options=validated[name],
+                          inputs=_inputs_for(name, question.run_inputs) or {}, filters=filters)
+                record = EvalRecord(name, question.id, question.question, list(question.answers))
                 started = time.perf_counter()
+                prepared = None
                 try:
-                    text = validate_question(asked, settings.max_question_chars)
-                    run_options = check_inputs(name, _inputs_for(name, question.run_inputs))
-                    result = answer_with_audit(built[name], text, scope, asked_by=asked_by, settings=settings,
-                                               filters=filters, run_options=run_options,
-                                               control=RunControl.from_settings(settings))
+                    prepared = service.prepare(ask, asker)
+                    result = service.answer(prepared, asker).result
                 except LLMUnavailableError:
                     # Every later question would fail the same way: stop, and resume once the endpoint is back.
                     raise
@@ -273,6 +274,9 @@ def run_evaluation(
                     logger.info("eval %s/%s failed: %s", name, question.id, record.error)
                 else:
                     score(record, result, question, words_of, recall_k)
+                # Masked as in the trace (the service's copy), also in the results file.
+                record.question = prepared.asked if prepared is not None else mask_secrets(question.question,
+                                                                                          settings)
                 record.wall_s = round(time.perf_counter() - started, 3)  # the strategy's time, without judging
                 if judge is not None and record.error is None:
                     judge_record(judge, record)
@@ -283,6 +287,7 @@ def run_evaluation(
                 bar.set_postfix_str(f"{name} f1={record.f1:.2f}")
     finally:
         bar.close()
+        service.close()
     return records
 
 

@@ -3,7 +3,7 @@
 
 Usage:
     with tool_errors():
-        prepared = prepare(context, question, strategy, options)
+        answer = await context.questions.ask(Ask(question, strategy=strategy), Asker.of(caller))
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ MCP `notifications/progress` on the call's response stream, in order.
 
 Usage:
     async with StepProgress(ctx) as progress:
-        result = await answer(context, caller, prepared, on_step=progress.on_step)
+        answer = await context.questions.ask(ask, Asker.of(caller), on_step=progress.on_step)
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -23,8 +22,8 @@ from docqa.accounts.identity import Caller
 from docqa.audit.scrub import mask_secrets
 from docqa.pipelines.base import validate_question
 from docqa.pipelines.registry import available_pipelines
+from docqa.questions import AUTO, Ask, Asker
 from docqa.result import PipelineResult
-from docqa.server.answering import AUTO, answer, prepare
 from docqa.server.context import ServerContext
 from docqa.server.mcp.errors import tool_error, tool_errors
 from docqa.server.mcp.progress import StepProgress
@@ -151,13 +150,11 @@ class DocqaTools:
                       if value is not None}
         with tool_errors():
             caller = self.caller_of(ctx)
-            # Masked once here, as the API does: the model, the steps and the trace only ever see this copy.
-            asked = mask_secrets(question, context.settings)
-            prepared = prepare(context, asked, strategy, dict(options or {}), run_inputs)
-            prepared = replace(prepared, selection={**prepared.selection, "channel": CHANNEL})
+            # The question service masks, validates and records it exactly as for the API.
+            ask = Ask(question, strategy=strategy, options=dict(options or {}), inputs=run_inputs, channel=CHANNEL)
             async with StepProgress(ctx) as progress:
-                result = await answer(context, caller, prepared, on_step=progress.on_step)
-        return ask_result(result, prepared.selection)
+                answer = await context.questions.ask(ask, Asker.of(caller), on_step=progress.on_step)
+        return ask_result(answer.result, answer.selection)
 
     async def search(
         self,

@@ -18,29 +18,21 @@ cut by the checks or replaced by extracted sentences, whose note then comes firs
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from docqa.accounts.identity import Caller
-from docqa.audit.scrub import mask_secrets
-from docqa.conversation import Rewrite, standalone_question
+from docqa.questions import AUTO, Answer, Ask, Asker, QuestionStream
 from docqa.result import PipelineResult
-from docqa.server.answering import AUTO, Prepared, answer, prepare
-from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT, ApiError
+from docqa.server.api_errors import QUERY_ERROR_RESPONSES, SSE_CONTENT, ApiError, error_body
 from docqa.server.auth import AskingCaller, ContextDep
-from docqa.server.context import ServerContext
-from docqa.server.routes.conversations import record_turn, rewrite_in_conversation
 from docqa.server.schemas import RUN_INPUTS
-from docqa.server.streaming import STREAM_HEADERS, SlotStreamingResponse, run_events
-from docqa.settings import Settings
+from docqa.server.streaming import STREAM_HEADERS, SlotStreamingResponse
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=QUERY_ERROR_RESPONSES)
 
@@ -92,7 +84,7 @@ class ChatCompletionResponse(BaseModel):
 
 @router.get("/models", response_model=ModelList, summary="Pipelines as OpenAI models")
 def list_models(caller: AskingCaller, context: ContextDep) -> ModelList:
-    return ModelList(data=[ModelCard(id=name) for name in [AUTO, *context.pipelines.names()]])
+    return ModelList(data=[ModelCard(id=name) for name in [AUTO, *context.questions.strategies()]])
 
 
 def _text_of(content: str | list[dict[str, Any]] | None) -> str:
@@ -109,32 +101,33 @@ def question_from(messages: list[ChatMessageIn]) -> str:
     raise ApiError(422, "invalid_request", "messages contain no user message")
 
 
-def conversation_from(messages: list[ChatMessageIn]) -> Rewrite | None:
-    """The whole history's user turns, the last rewritten into a standalone question; None for a single turn.
+def ask_of(body: ChatCompletionRequest) -> Ask:
+    """The question of a chat request: its last user message, with the earlier user messages as the history it
+    is rewritten against (the stored conversation's questions instead, when it names one).
 
     The history is the caller's own request, read with the caller's scope like the question itself.
     """
-    question_from(messages)  # 422 without any user message
-    turns = [text for message in messages if message.role == "user" and (text := _text_of(message.content)).strip()]
-    return standalone_question(turns) if len(turns) > 1 else None
+    question = question_from(body.messages)  # 422 without any user message
+    users = [message for message in body.messages if message.role == "user"]
+    # Sampling parameters are ignored; a strategy's runtime inputs (as_of, patient_id) ride as extra body fields.
+    extra = body.model_extra or {}
+    return Ask(question, strategy=body.model, inputs={name: extra[name] for name in RUN_INPUTS
+                                                      if extra.get(name) is not None},
+               conversation_id=body.conversation_id, history=[_text_of(m.content) for m in users[:-1]])
 
 
-def _masked(messages: list[ChatMessageIn], settings: Settings) -> list[ChatMessageIn]:
-    """The messages with every user turn's text masked (`mask_secrets`), once, before anything reads them."""
-    return [m.model_copy(update={"content": mask_secrets(_text_of(m.content), settings)}) if m.role == "user" else m
-            for m in messages]
-
-
-def _docqa_extra(result: PipelineResult, prepared: Prepared) -> dict[str, Any]:
+def _docqa_extra(answer: Answer) -> dict[str, Any]:
+    result = answer.result
     return {
         "trace_id": result.trace_id,
         "pipeline": result.pipeline,
-        "selection": prepared.selection,
+        "selection": answer.selection,
         "citations": [c.to_dict() for c in result.citations],
         # The question the pipeline answered: a follow-up rewritten against the conversation, else the last turn.
         "question": result.question,
         "answer_source": result.answer_source,
         "answer_note": result.answer_note,
+        "conversation_id": answer.conversation_id,
     }
 
 
@@ -159,25 +152,10 @@ def _usage(result: PipelineResult) -> dict[str, int]:
 async def chat_completions(
     body: ChatCompletionRequest, caller: AskingCaller, context: ContextDep, request: Request
 ) -> Any:
-    # Sampling parameters are ignored; a strategy's runtime inputs (as_of, patient_id) ride as extra body fields.
-    extra = body.model_extra or {}
-    inputs = {name: extra[name] for name in RUN_INPUTS if extra.get(name) is not None}
-    messages = _masked(body.messages, context.settings)
-    question = question_from(messages)
-    if body.conversation_id is None:
-        rewrite = conversation_from(messages)
-    else:
-        # The stored history, never the request's: 404 before any work for a conversation not the caller's.
-        rewrite = await asyncio.to_thread(rewrite_in_conversation, context, caller, body.conversation_id, question)
-    if rewrite is None:
-        prepared = prepare(context, question, body.model, {}, inputs)
-    else:
-        prepared = replace(prepare(context, rewrite.question, body.model, {}, inputs), rewrite=rewrite)
-    turn = _Turn(context, caller, body.conversation_id, question)
     created = int(time.time())
     if not body.stream:
-        result = await answer(context, caller, prepared, disconnected=request.is_disconnected)
-        stored = await turn.store(result)
+        answer = await context.questions.ask(ask_of(body), Asker.of(caller), disconnected=request.is_disconnected)
+        result = answer.result
         return {
             "id": f"chatcmpl-{result.trace_id or uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -187,35 +165,14 @@ async def chat_completions(
                 {"index": 0, "message": {"role": "assistant", "content": _content(result)}, "finish_reason": "stop"}
             ],
             "usage": _usage(result),
-            "docqa": {**_docqa_extra(result, prepared), "conversation_id": stored},
+            "docqa": _docqa_extra(answer),
         }
-    # The slot is taken before the response starts so overload is a 503, not an error inside a stream.
-    await context.slots.take()
-    return SlotStreamingResponse(
-        _chunks(context, caller, prepared, f"chatcmpl-{uuid.uuid4().hex}", created, body.model, turn),
-        release=context.slots.give_back,
-        media_type="text/event-stream",
-        headers=STREAM_HEADERS,
-    )
+    stream = await context.questions.stream(ask_of(body), Asker.of(caller))
+    return SlotStreamingResponse(_chunks(stream, f"chatcmpl-{uuid.uuid4().hex}", created, body.model),
+                                 release=stream.release, media_type="text/event-stream", headers=STREAM_HEADERS)
 
 
-class _Turn:
-    """Stores an answered chat message in its stored conversation, when the request named one."""
-
-    def __init__(self, context: ServerContext, caller: Caller, conversation_id: str | None, question: str) -> None:
-        self.context, self.caller, self.conversation_id, self.question = context, caller, conversation_id, question
-
-    async def store(self, result: PipelineResult) -> str | None:
-        if self.conversation_id is None:
-            return None
-        return await asyncio.to_thread(record_turn, self.context, self.caller, self.conversation_id, self.question,
-                                       result)
-
-
-async def _chunks(
-    context: ServerContext, caller: Caller, prepared: Prepared, completion_id: str, created: int, model: str,
-    turn: _Turn,
-) -> AsyncIterator[str]:
+async def _chunks(stream: QuestionStream, completion_id: str, created: int, model: str) -> AsyncIterator[str]:
     """chat.completion.chunk events: the role at once, an SSE comment per finished step and per answer call the
     model starts (clients ignore comments; proxies see a live connection during long strategies), then the final
     message text (`_content`: the answer, after its note when it is not the model's) in pieces, or an `error`
@@ -239,7 +196,7 @@ async def _chunks(
 
     yield chunk({"role": "assistant", "content": ""})
     writing = 0
-    async for kind, data in run_events(context, caller, prepared):
+    async for kind, data in stream.events():
         if kind == "step":
             yield f": step {data.get('index', '')} {data.get('kind', '')}\n\n"
         elif kind == "token":
@@ -247,14 +204,11 @@ async def _chunks(
                 writing = data["call"]
                 yield f": writing answer {writing}\n\n"
         elif kind == "error":
-            yield f"data: {json.dumps(data)}\n\n"
+            yield f"data: {json.dumps(error_body(data.code, data.message))}\n\n"
             return
         elif kind == "result":
-            result: PipelineResult = data
-            text = _content(result)
+            text = _content(data.result)
             for start in range(0, len(text), STREAM_PIECE_CHARS):
                 yield chunk({"content": text[start : start + STREAM_PIECE_CHARS]})
-            stored = await turn.store(result)
-            yield chunk({}, "stop", usage=_usage(result),
-                        docqa={**_docqa_extra(result, prepared), "conversation_id": stored})
+            yield chunk({}, "stop", usage=_usage(data.result), docqa=_docqa_extra(data))
     yield "data: [DONE]\n\n"

@@ -10,7 +10,8 @@ from sqlalchemy.exc import DBAPIError
 
 from docqa.access import AccessScope
 from docqa.audit.models import AUDIT_TABLES
-from docqa.audit.recorder import answer_with_audit, close_interrupted_runs, open_run
+from docqa.audit.recorder import close_interrupted_runs, open_run
+from docqa.questions.audited_run import answer_with_audit
 from docqa.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
 from tests.support.audit import SECRET, fill, schema_differences, traces

@@ -18,9 +18,10 @@ from docqa.audit.checkpoint import create_checkpoint
 from docqa.audit.export import export_jsonl, verify_jsonl
 from docqa.audit.keys import hmac_key, signing_key, verify_key
 from docqa.audit.models import AuditStep, AuditTrace
-from docqa.audit.recorder import answer_with_audit, audit_session, record_answer
+from docqa.audit.recorder import audit_session, record_answer
 from docqa.audit.retention import retain, verify_archive
 from docqa.audit.verify import verify_chain
+from docqa.questions.audited_run import answer_with_audit
 from tests.support.audit import (
     SCOPE,
     crash_mid_write,

@@ -19,10 +19,11 @@ from sqlalchemy.orm import Session
 from docqa.access import AccessScope
 from docqa.audit.keys import hmac_key
 from docqa.audit.models import AuditRun, AuditTrace
-from docqa.audit.recorder import AuditedRun, close_interrupted_runs, open_run, record_answer
+from docqa.audit.recorder import close_interrupted_runs, open_run, record_answer
 from docqa.audit.runs import Owner, RunAlreadySettled, owner_gone, process_start
 from docqa.audit.verify import verify_chain
 from docqa.db import make_engine
+from docqa.questions.audited_run import AuditedRun
 from docqa.recording import StepRecorder
 from docqa.result import PipelineResult, Totals
 from docqa.run_control import RunControl, RunStopped

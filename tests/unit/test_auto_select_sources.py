@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from docqa.server.auto_select import choose_pipeline, multi_sources
+from docqa.questions.strategy_choice import choose_pipeline, multi_sources
 from docqa.settings import Settings
 
 ALL = ["standard", "resp", "atrag", "mspr"]
@@ -57,17 +57,17 @@ def test_only_an_explicit_valid_source_list_counts(tmp_path, monkeypatch):
     assert multi_sources(Settings(data_dir=tmp_path)) == ()
 
 
-def test_the_server_resolves_auto_with_the_configured_sources(tmp_path, monkeypatch):
+def test_the_question_service_resolves_auto_with_the_configured_sources(tmp_path, monkeypatch):
     monkeypatch.delenv("DOCQA_MSPR_SOURCES", raising=False)
     from types import SimpleNamespace
 
-    from docqa.server.answering import prepare
+    from docqa.access import AccessScope
+    from docqa.questions import Ask, Asker, QuestionService
 
-    pipelines = SimpleNamespace(names=lambda: ALL, check=lambda name, options: None)
-    configured = SimpleNamespace(settings=Settings(data_dir=tmp_path, mspr_sources="collection:main,web",
-                                                   max_question_chars=500), pipelines=pipelines)
-    prepared = prepare(configured, MULTI_HOP, "auto", {})
-    assert (prepared.pipeline, prepared.selection["mode"]) == ("mspr", "auto")
-    assert "2 sources configured (collection:main, web)" in prepared.selection["reason"]
-    default = SimpleNamespace(settings=Settings(data_dir=tmp_path, max_question_chars=500), pipelines=pipelines)
-    assert prepare(default, MULTI_HOP, "auto", {}).pipeline == "resp"
+    asker = Asker(AccessScope("acme", frozenset({"user:alice"})), "alice")
+    configured = Settings(data_dir=tmp_path, mspr_sources="collection:main,web", max_question_chars=500)
+    question = QuestionService(SimpleNamespace(settings=configured)).prepare(Ask(MULTI_HOP), asker)
+    assert (question.strategy, question.selection["mode"]) == ("mspr", "auto")
+    assert "2 sources configured (collection:main, web)" in question.selection["reason"]
+    default = QuestionService(SimpleNamespace(settings=Settings(data_dir=tmp_path, max_question_chars=500)))
+    assert default.prepare(Ask(MULTI_HOP), asker).strategy == "resp"

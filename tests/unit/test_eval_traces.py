@@ -4,10 +4,11 @@ finds one run's traces, apart from ordinary traffic (scripted LLM, the embedded 
 from __future__ import annotations
 
 from docqa.access import AccessScope
-from docqa.audit.recorder import answer_with_audit, audit_session
+from docqa.audit.recorder import audit_session
 from docqa.evaluation.datasets import EvalQuestion
 from docqa.evaluation.runner import run_evaluation
 from docqa.pipelines.registry import build_pipeline
+from docqa.questions.audited_run import answer_with_audit
 from docqa.runtime import Runtime
 from docqa.server.trace_queries import TraceFilter, list_traces
 from docqa.settings import Settings

@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 
 from docqa.access import AccessScope
 from docqa.audit.models import AuditTrace
-from docqa.audit.recorder import answer_with_audit
 from docqa.db import make_engine
 from docqa.errors import InvalidOptionsError
 from docqa.llm.calls import generate_text
@@ -27,6 +26,7 @@ from docqa.pipelines.options import (
     validate_options,
 )
 from docqa.pipelines.registry import available_pipelines
+from docqa.questions.audited_run import answer_with_audit
 from docqa.recording import StepRecorder
 from docqa.result import PipelineResult, Totals
 from docqa.run_control import LLMBudgetExceededError, RunControl, RunStopped

@@ -11,8 +11,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from docqa.access import AccessScope
-from docqa.audit.recorder import answer_with_audit, record_answer
+from docqa.audit.recorder import record_answer
 from docqa.audit.scrub import MASK, clean, clean_text
+from docqa.questions.audited_run import answer_with_audit
 from docqa.recording import StepRecorder, record_llm_call
 from docqa.result import Citation, LLMUsage, PipelineResult
 from docqa.settings import Settings

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from docqa.questions.strategy_choice import choose_pipeline, classify
 from docqa.server.api_errors import ApiError
-from docqa.server.auto_select import choose_pipeline, classify
 from docqa.server.limits import QuerySlots, RateLimiter
 
 

@@ -12,10 +12,13 @@ so do simple questions when one source is the web (`web` or `web:PROVIDER`), whi
 reaches. The built-in default (main, then archive) does not count: every store-backed strategy already searches
 both collections at once.
 
+How a strategy was selected is data of the run: `selection(...)` returns it as recorded in the trace's config
+(`{"mode": "explicit", "pipeline": ...}` or `{"mode": "auto", "pipeline", "question_type", "reason"}`).
+
 Usage:
     choice = choose_pipeline("Who directed the film that won ...?", ["standard", "resp"])
     choice.name, choice.reason   # ("resp", "multi-hop: bridge cue 'that'; ...")
-    choose_pipeline(question, names, sources=multi_sources(settings))
+    name, how = select_strategy("Who directed ...?", "auto", ["standard", "resp"], settings)
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from docqa.components.multi_source_retriever import parse_sources
+from docqa.errors import UnknownPipelineError
+
+AUTO = "auto"
 MSPR = "mspr"
 WEB_SOURCE = "web"
 WEB_PROVIDER_PREFIX = "web:"
@@ -77,8 +84,6 @@ def multi_sources(settings: Any) -> tuple[str, ...]:
     """
     if "mspr_sources" not in getattr(settings, "model_fields_set", ()):
         return ()
-    from docqa.components.multi_source_retriever import parse_sources
-
     try:
         return parse_sources(settings.mspr_sources)
     except ValueError:
@@ -123,3 +128,18 @@ def choose_pipeline(question: str, available: list[str], sources: Sequence[str] 
         question_type=question_type,
         reason=f"{why}; preferred strategies not registered, fell back to {fallback!r}",
     )
+
+
+def select_strategy(question: str, requested: str, available: list[str],
+                    settings: Any) -> tuple[str, dict[str, Any]]:
+    """The strategy to run and how it was selected (recorded in the run's config as `selection`).
+
+    :param requested: a registered strategy name, or `auto` to choose one from the question.
+    :raises UnknownPipelineError: a name that is neither `auto` nor registered.
+    """
+    if requested == AUTO:
+        choice = choose_pipeline(question, available, sources=multi_sources(settings))
+        return choice.name, choice.to_dict()
+    if requested not in available:
+        raise UnknownPipelineError(f"unknown pipeline {requested!r}; available: {', '.join([AUTO, *available])}")
+    return requested, {"mode": "explicit", "pipeline": requested}
