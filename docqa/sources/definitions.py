@@ -34,6 +34,7 @@ SOURCE_TYPES = ("folder", "git", "imap", "website")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _EVERY = re.compile(r"(\d+)\s*([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_BRANCH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,254}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Website bounds when the definition gives none: a sync reads at most this much of a site.
 WEBSITE_DEFAULTS = {"max_pages": 500, "max_depth": 5, "max_page_bytes": 5_000_000, "max_seconds": 600}
@@ -93,6 +94,9 @@ def check_config(source_type: str, config: dict[str, Any]) -> dict[str, Any]:
         given["branch"] = given.get("branch") or "main"
         if given["branch"].startswith("-") or given["url"].startswith("-"):
             raise InvalidSourceError("a git URL or branch cannot start with '-'")
+        # The branch also goes into a refspec: nothing that could name another ref or side of it.
+        if not _BRANCH.fullmatch(given["branch"]) or ".." in given["branch"]:
+            raise InvalidSourceError(f"invalid branch name {given['branch']!r}")
     elif source_type == "website":
         parts = urlsplit(str(given.get("url") or ""))
         if parts.scheme not in ("http", "https") or not parts.hostname:

@@ -41,6 +41,8 @@ def test_type_settings_are_checked() -> None:
         check_config("folder", {"path": "/x", "url": "http://x"})
     with pytest.raises(InvalidSourceError, match="cannot start with '-'"):
         check_config("git", {"url": "--upload-pack=evil"})
+    with pytest.raises(InvalidSourceError, match="invalid branch"):
+        check_config("git", {"url": "/srv/repo.git", "branch": "main:refs/heads/other"})
     with pytest.raises(InvalidSourceError, match="http"):
         check_config("website", {"url": "file:///etc/passwd"})
     with pytest.raises(InvalidSourceError, match="environment variable"):
