@@ -147,3 +147,27 @@ def test_serve_scheduler_and_watch_sync_by_themselves(settings, folder) -> None:
     finally:
         stop.set()
         watcher.join(timeout=10)
+
+
+def test_on_postgresql_the_lease_and_the_entries_hold(settings, folder) -> None:
+    from docqa.db import engine_for_settings
+    from docqa.schema import upgrade_database
+    from tests.support.postgres import throwaway_database
+
+    with throwaway_database("sources") as url:
+        pg = settings.model_copy(update={"database_url": url})
+        upgrade_database(pg)
+        _define(pg, folder)
+        with job_sessions(pg).begin() as session:
+            session.execute(update(SyncSource).values(lock_owner="another-host:1:1",
+                                                      lock_until=datetime.now(UTC) + timedelta(minutes=5)))
+        with pytest.raises(SourceBusyError):
+            sync_source(pg, tenant="default", name="share")
+        with job_sessions(pg).begin() as session:
+            session.execute(update(SyncSource).values(lock_until=datetime.now(UTC) - timedelta(seconds=1)))
+        assert sync_source(pg, tenant="default", name="share").added == 3
+        (folder / "memo1.txt").unlink()
+        report = sync_source(pg, tenant="default", name="share")
+        assert (report.deleted, report.unchanged) == (1, 2)
+        assert source_status(pg, "default", "share")["documents"] == 2
+        engine_for_settings(pg).dispose()  # before the database is dropped
