@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
-from haystack.core.serialization import component_to_dict
-from haystack.utils import deserialize_chatgenerator_inplace
+from haystack import Document, component
 
+from docqa.components.llm_serialization import ChatComponentSerialization
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.llm.calls import ChatGenerator, generate_yes_no
 
 
 @component
-class AnswerGrader:
+class AnswerGrader(ChatComponentSerialization):
     """
     Two constrained Yes/No judgements, hallucination first: an unsupported answer is not checked for
     usefulness. A verdict the model does not give clearly (`None`) fails the grade, so an unreadable judge
@@ -26,6 +25,8 @@ class AnswerGrader:
     out["passed"], out["grounded"], out["useful"], out["feedback"]
     ```
     """
+
+    serialized_parameters = ("grounded_template", "useful_template", "max_documents", "max_document_chars")
 
     def __init__(self, chat_generator: ChatGenerator, grounded_template: str | None = None,
                  useful_template: str | None = None, max_documents: int = 20, max_document_chars: int = 600) -> None:
@@ -68,18 +69,3 @@ class AnswerGrader:
                 "the grader could not tell whether the answer addresses the question")
             return {"passed": False, "grounded": True, "useful": useful, "feedback": reason}
         return {"passed": True, "grounded": True, "useful": True, "feedback": ""}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
-            grounded_template=self.grounded_template,
-            useful_template=self.useful_template,
-            max_documents=self.max_documents,
-            max_document_chars=self.max_document_chars,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AnswerGrader:
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        return default_from_dict(cls, data)

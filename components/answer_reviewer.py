@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
-from haystack.core.serialization import component_to_dict
-from haystack.utils import deserialize_chatgenerator_inplace
+from haystack import component
 
+from docqa.components.llm_serialization import ChatComponentSerialization
 from docqa.components.mspr_state import MSPRState
 from docqa.components.prompt_templates import load_prompt, render_prompt
+from docqa.components.reply_parsers import verdict_word
 from docqa.llm.calls import ChatGenerator, generate_yes_no
 
 
 @component
-class AnswerReviewer:
+class AnswerReviewer(ChatComponentSerialization):
     """
     Reviews the state's answer against the gathered context with one constrained Yes/No. An empty answer
     fails without a call; an unreadable verdict fails too (the review then buys one more retrieval, which the
@@ -27,6 +27,8 @@ class AnswerReviewer:
     out["review"]["passed"]
     ```
     """
+
+    serialized_parameters = ("prompt_template", "max_document_chars")
 
     step_kind = "grading"
 
@@ -57,23 +59,10 @@ class AnswerReviewer:
                                    context=state.context(self.max_document_chars) or "(nothing was retrieved)")
             verdict = generate_yes_no(self.chat_generator, prompt, purpose="mspr_review")
             passed = verdict is True
-            model_verdict = {True: "yes", False: "no", None: "unreadable"}[verdict]
+            model_verdict = verdict_word(verdict)
             reason = "" if passed else (
                 "the answer is not supported or incomplete" if verdict is False else "the review was unreadable")
         review = {"passed": passed, "model_verdict": model_verdict, "reason": reason, "answer": answer}
         new_state = state.evolve(phase="reviewed", reviews=state.reviews + 1, review_passed=passed,
                                  review_reason=reason)
         return {"state": new_state, "review": review}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
-            prompt_template=self.prompt_template,
-            max_document_chars=self.max_document_chars,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AnswerReviewer:
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        return default_from_dict(cls, data)

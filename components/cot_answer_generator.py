@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
-from haystack.core.serialization import component_to_dict
-from haystack.utils import deserialize_chatgenerator_inplace
+from haystack import Document, component
 
+from docqa.components.llm_serialization import ChatComponentSerialization
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
 
@@ -28,7 +27,7 @@ def split_reasoning(text: str) -> tuple[str, str]:
 
 
 @component
-class CoTAnswerGenerator:
+class CoTAnswerGenerator(ChatComponentSerialization):
     """
     Answers from at most `max_documents` numbered documents with step-by-step reasoning before the answer.
     The reasoning is returned separately for the trace; `cited_documents` are the documents referenced as
@@ -41,6 +40,8 @@ class CoTAnswerGenerator:
     out["reasoning"], out["answer"], out["cited_documents"]
     ```
     """
+
+    serialized_parameters = ("prompt_template", "max_tokens", "max_documents", "max_document_chars")
 
     def __init__(self, chat_generator: ChatGenerator, prompt_template: str | None = None, max_tokens: int = 384,
                  max_documents: int = 20, max_document_chars: int = 600) -> None:
@@ -83,18 +84,3 @@ class CoTAnswerGenerator:
                 cited.append(shown[number - 1])
         return {"answer": answer, "reasoning": reasoning, "cited_documents": cited or list(shown),
                 "prompt_documents": shown}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
-            prompt_template=self.prompt_template,
-            max_tokens=self.max_tokens,
-            max_documents=self.max_documents,
-            max_document_chars=self.max_document_chars,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CoTAnswerGenerator:
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        return default_from_dict(cls, data)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
-from haystack.core.serialization import component_to_dict
-from haystack.utils import deserialize_chatgenerator_inplace
+from haystack import Document, component
 
+from docqa.components.llm_serialization import ChatComponentSerialization
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.components.resp_memory import GlobalEvidence, PathwayEntry, ReSPMemory
 from docqa.llm.calls import ChatGenerator, generate_text
@@ -20,7 +19,7 @@ _LEADING_YES = re.compile(r"^\W*yes\b[\s,.:;!-]*", re.IGNORECASE)
 
 
 @component
-class DualFunctionSummarizer:
+class DualFunctionSummarizer(ChatComponentSerialization):
     """
     Writes ReSP's two memories from one iteration's documents.
 
@@ -37,6 +36,9 @@ class DualFunctionSummarizer:
     out["memory"].as_text()
     ```
     """
+
+    serialized_parameters = ("global_template", "local_template", "max_summary_tokens", "max_answer_tokens",
+                             "max_summary_words")
 
     def __init__(
         self,
@@ -142,22 +144,6 @@ class DualFunctionSummarizer:
         text = _LEADING_LABEL.sub("", text.strip())
         words = text.split()
         return " ".join(words[: self.max_summary_words])
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
-            global_template=self.global_template,
-            local_template=self.local_template,
-            max_summary_tokens=self.max_summary_tokens,
-            max_answer_tokens=self.max_answer_tokens,
-            max_summary_words=self.max_summary_words,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DualFunctionSummarizer:
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        return default_from_dict(cls, data)
 
 
 def _answer_after_yes(raw: str) -> str:

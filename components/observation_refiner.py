@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
-from haystack.core.serialization import component_to_dict
-from haystack.utils import deserialize_chatgenerator_inplace
+from haystack import Document, component
 
+from docqa.components.llm_serialization import ChatComponentSerialization
 from docqa.components.mspr_state import MSPRState, Observation
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
 
 
 @component
-class ObservationRefiner:
+class ObservationRefiner(ChatComponentSerialization):
     """
     Appends a retrieval's passages to the state as the newest observation (whole), and summarises the
     observation that was newest until now with respect to the question and the current query (one LLM call
@@ -29,6 +28,8 @@ class ObservationRefiner:
     out["state"].observations[-1].documents == tuple(docs)
     ```
     """
+
+    serialized_parameters = ("prompt_template", "max_tokens", "max_document_chars", "fallback_words", "enabled")
 
     step_kind = "summary"
 
@@ -89,19 +90,3 @@ class ObservationRefiner:
         if not summary or len(summary.split()) >= observation.words:
             return fallback
         return summary
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
-            prompt_template=self.prompt_template,
-            max_tokens=self.max_tokens,
-            max_document_chars=self.max_document_chars,
-            fallback_words=self.fallback_words,
-            enabled=self.enabled,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ObservationRefiner:
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        return default_from_dict(cls, data)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
-from haystack.core.serialization import component_to_dict
-from haystack.utils import deserialize_chatgenerator_inplace
+from haystack import component
 
+from docqa.components.llm_serialization import ChatComponentSerialization
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.llm.calls import ChatGenerator, generate_json
 
@@ -21,7 +20,7 @@ QUERY_SCHEMA: dict[str, Any] = {
 
 
 @component
-class QueryRewriter:
+class QueryRewriter(ChatComponentSerialization):
     """
     Asks for a better search query as constrained JSON. The result is trimmed to `MAX_QUERY_CHARS`; an empty,
     malformed or already-tried query yields `query=None`, so the caller can stop instead of repeating itself.
@@ -33,6 +32,8 @@ class QueryRewriter:
     out["query"]  # str or None
     ```
     """
+
+    serialized_parameters = ("prompt_template", "max_tokens")
 
     def __init__(self, chat_generator: ChatGenerator, prompt_template: str | None = None, max_tokens: int = 96) -> None:
         """
@@ -66,16 +67,3 @@ class QueryRewriter:
         if not query or query.lower() in tried:
             return {"query": None, "raw": raw}
         return {"query": query, "raw": raw}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
-            prompt_template=self.prompt_template,
-            max_tokens=self.max_tokens,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> QueryRewriter:
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        return default_from_dict(cls, data)

@@ -34,6 +34,11 @@ def finish_reason_of(replies: list[ChatMessage] | None) -> str | None:
     return finish if isinstance(finish, str) else None
 
 
+def verdict_word(verdict: bool | None) -> str:
+    """A Yes/No verdict as the trace shows it: "yes", "no" or "unreadable" (None)."""
+    return {True: "yes", False: "no", None: "unreadable"}[verdict]
+
+
 def prompt_text(prompt: list[ChatMessage] | None) -> str:
     """The text of the prompt's messages, as the echo check compares it."""
     return "\n".join(message.text or "" for message in prompt or [])
@@ -57,7 +62,7 @@ class YesNoReplyParser:
         :returns: `yes` (True only for a readable "yes") and `verdict`: "yes", "no" or "unreadable".
         """
         verdict = parse_yes_no(reply_text(replies))
-        return {"yes": verdict is True, "verdict": {True: "yes", False: "no", None: "unreadable"}[verdict]}
+        return {"yes": verdict is True, "verdict": verdict_word(verdict)}
 
 
 @component

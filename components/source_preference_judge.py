@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
-from haystack.core.serialization import component_to_dict
-from haystack.utils import deserialize_chatgenerator_inplace
+from haystack import component
 
+from docqa.components.llm_serialization import ChatComponentSerialization
 from docqa.components.mspr_state import MSPRState
 from docqa.components.prompt_templates import load_prompt, render_prompt
+from docqa.components.reply_parsers import verdict_word
 from docqa.llm.calls import ChatGenerator, generate_yes_no
 
 
 @component
-class SourcePreferenceJudge:
+class SourcePreferenceJudge(ChatComponentSerialization):
     """
     Judges whether the newest observation adds information that helps answer the question beyond what was
     known before it. Without an LLM call the verdict is "no" when the observation brought no passage that
@@ -29,6 +29,8 @@ class SourcePreferenceJudge:
     out["verdict"]["adds_information"]
     ```
     """
+
+    serialized_parameters = ("prompt_template", "max_document_chars")
 
     step_kind = "grading"
 
@@ -69,21 +71,8 @@ class SourcePreferenceJudge:
             answer = generate_yes_no(self.chat_generator, prompt, purpose="mspr_prefer")
             verdict |= {
                 "adds_information": answer is not False,
-                "model_verdict": {True: "yes", False: "no", None: "unreadable"}[answer],
+                "model_verdict": verdict_word(answer),
                 "reason": "judged to add nothing that helps" if answer is False else (
                     "judged to add helpful information" if answer else "unreadable verdict: staying on the source"),
             }
         return {"state": state.evolve(phase="judged", verdicts=(*state.verdicts, verdict)), "verdict": verdict}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
-            prompt_template=self.prompt_template,
-            max_document_chars=self.max_document_chars,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SourcePreferenceJudge:
-        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        return default_from_dict(cls, data)
