@@ -42,6 +42,10 @@ class CitationOut(BaseModel):
     score: float | None = None
     snippet: str = ""
     record: dict[str, Any] | None = Field(default=None, description="atrag: the record's row of the record table.")
+    location: str | None = Field(default=None, description=(
+        "Where the passage stands in its file: 'page 3', 'slide 2', 'sheet Q3, rows 2-41', 'attachment a.pdf, "
+        "page 1'."))
+    ocr: bool = Field(default=False, description="The passage was read from a scan by OCR: check the scan.")
 
 
 class QueryResponse(BaseModel):
