@@ -3,7 +3,9 @@
 A file strategy keeps docqa's promises only if it cannot bring its own way out of them. So a file is refused,
 naming its line, when it holds:
 - an LLM client other than `RoleChatGenerator`: every model call goes through the deployment's role client
-  (budget, timeout, token caps, scrubbing, audit), never through a Haystack generator pointed anywhere;
+  (budget, timeout, token caps, scrubbing, audit), never through a Haystack generator pointed anywhere; a prompted
+  step is written as `ChatPromptBuilder` -> `docqa.components.llm_generation.ConstrainedGeneration` (holding the
+  role generator; it applies the run's LLM budget and token cap) -> a `docqa.components.reply_parsers` parser;
 - a fetcher, a web search or a page reader, Haystack's or docqa's: their endpoint and private-address guard
   would be the file's (web sources are the built-in `mspr` strategy's, configured by DOCQA_MSPR_SOURCES);
 - an embedder other than the local sentence-transformers/ONNX ones, which are replaced by the deployment's;
