@@ -92,7 +92,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         elif path.is_file() and path.suffix.lower() == ".json":
             print(f"note: {path} is a FHIR bundle (patient records), not a document: ingest it with "
                   f"`docqa records {path}`", file=sys.stderr)
-        elif path.is_file() and path.suffix.lower() == ".csv":
+        elif path.is_file() and path.suffix.lower() == ".csv" and (path.parent / "patients.csv").is_file():
             print(f"note: {path.name} is a table of a Synthea CSV export (patient records): ingest the export's "
                   f"folder with `docqa records {path.parent}`", file=sys.stderr)
     return 0 if not report.failed else 1
@@ -317,7 +317,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     export = pipelines_sub.add_parser("export", help="print a strategy as Haystack YAML (Pipeline.dumps())")
     export.add_argument("name", help="strategy name")
 
-    p = sub.add_parser("ingest", help="ingest files (text, Markdown, HTML, PDF, DOCX) synchronously")
+    p = sub.add_parser("ingest", help="ingest files (text, Markdown, HTML, PDF, DOCX, PPTX, "
+                       "XLSX, CSV, ODT, ODS, ODP, RTF, EML, MSG, PNG, JPEG, TIFF; scans by OCR) synchronously")
     p.add_argument("paths", nargs="+", help="files or directories")
     p.add_argument("--tenant", help="tenant the documents belong to (default: DOCQA_TENANT)")
     p.add_argument("--allow", action="append", metavar="PRINCIPAL",
