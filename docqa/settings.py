@@ -198,6 +198,9 @@ class Settings(BaseSettings):
     # Audit trail keys. Unset means key files generated once under data_dir/audit (0600); every host that
     # writes or verifies one shared database must be given the same keys.
     audit_hmac_key: SecretStr | None = None
+    # Passages searched for or read directly through the MCP server (`search`, `read_passage`) are audit events
+    # (`passages.searched`, `passage.read`), not only the questions' traces.
+    audit_passage_reads: bool = False
     # Ed25519 private key for signed checkpoints: base64 of the 32-byte seed, or a PEM (PKCS#8) block.
     audit_signing_key: SecretStr | None = None
     # Audit retention policy: `docqa audit retain` archives links older than `audit_retention_days` (default about

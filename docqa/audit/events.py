@@ -54,11 +54,15 @@ RETENTION_RUN = "audit.retention"
 CHECKPOINT_SIGNED = "audit.checkpoint"
 # Configuration that changes answers (a pipeline loaded from YAML, models, prompts, limits), recorded by hash.
 CONFIG_LOADED = "config.loaded"
+# Passages a caller searched for or read directly (the MCP server's `search` and `read_passage`), when
+# DOCQA_AUDIT_PASSAGE_READS is set; a read refused as not found is recorded as a failure.
+PASSAGES_SEARCHED = "passages.searched"
+PASSAGE_READ = "passage.read"
 
 ACTIONS = (
     KEY_ISSUED, KEY_REVOKED, USER_CREATED, USER_CHANGED, USER_DEACTIVATED, GROUP_CREATED, GROUP_MEMBER_ADDED,
     GROUP_MEMBER_REMOVED, DOCUMENT_INGESTED, DOCUMENT_DELETED, DOCUMENT_ACCESS_CHANGED, RECORDS_INGESTED,
-    SIGNIN_FAILED, TOPICS_REFIT, RETENTION_RUN, CHECKPOINT_SIGNED, CONFIG_LOADED,
+    SIGNIN_FAILED, TOPICS_REFIT, RETENTION_RUN, CHECKPOINT_SIGNED, CONFIG_LOADED, PASSAGES_SEARCHED, PASSAGE_READ,
 )
 # Events of no tenant (a failed sign-in before anyone is known, a retention run) are kept under this name.
 SYSTEM_TENANT = "-"

@@ -62,6 +62,8 @@ _MAPPING: dict[str, tuple[int, int, str]] = {
     ev.CONFIG_LOADED: (API_ACTIVITY, 3, "Update"),
     ev.RETENTION_RUN: (API_ACTIVITY, 4, "Delete"),
     ev.CHECKPOINT_SIGNED: (API_ACTIVITY, 1, "Create"),
+    ev.PASSAGES_SEARCHED: (API_ACTIVITY, 2, "Read"),
+    ev.PASSAGE_READ: (API_ACTIVITY, 2, "Read"),
 }
 TRACE_ACTION = "question.answered"
 

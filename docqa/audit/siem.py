@@ -47,6 +47,8 @@ _CATEGORIES: dict[str, tuple[list[str], list[str]]] = {
     ev.RETENTION_RUN: (["configuration"], ["deletion"]),
     ev.CHECKPOINT_SIGNED: (["configuration"], ["info"]),
     ev.CONFIG_LOADED: (["configuration"], ["change"]),
+    ev.PASSAGES_SEARCHED: (["file"], ["access"]),
+    ev.PASSAGE_READ: (["file"], ["access"]),
 }
 
 
