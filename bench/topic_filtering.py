@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a 
 
 from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.components.topic_assigner import TopicAssigner
-from docqa.components.topic_filtered_retriever import MODE_TOPIC, TopicFilteredRetriever
+from docqa.components.topic_filtered_retriever import TopicFilteredRetriever, TopicMode
 from docqa.embedding import build_document_embedder, build_text_embedder
 from docqa.evaluation.metrics import recall_at_k
 from docqa.settings import Settings
@@ -50,19 +50,20 @@ THRESHOLDS = (0.5, 0.8)
 class ForcedTopicRetriever:
     """Always narrows to the question's topic (no fallback): the cost side of filtering."""
 
-    def __init__(self, retriever: Any, assigner: TopicAssigner) -> None:
+    def __init__(self, retriever: Any, assigner: TopicAssigner, text_embedder: Any) -> None:
         self.retriever = retriever
         self.assigner = assigner
+        self.text_embedder = text_embedder
 
     def run(self, query: str, filters: dict[str, Any], top_k: int) -> dict[str, Any]:
-        topic = self.assigner.run(query=query)["query_topic"]
+        topic = self.assigner.assign(self.text_embedder.run(text=query)["embedding"])
         narrowed = {"operator": "AND", "conditions": [
             filters,
             {"field": "meta.topic_id", "operator": "==", "value": topic.topic_id},
             {"field": "meta.topic_version", "operator": "==", "value": topic.version},
         ]}
         return {"documents": self.retriever.run(query=query, filters=narrowed, top_k=top_k)["documents"],
-                "topic": {"mode": MODE_TOPIC}}
+                "topic": {"mode": TopicMode.TOPIC.value}}
 
 
 def _ms(values: list[float], q: float) -> float:
@@ -77,7 +78,7 @@ def _store_search_times(store: Any, assigner: TopicAssigner, text_embedder: Any,
     plain, narrowed, sizes = [], [], []
     for q in questions:
         vector = text_embedder.run(text=q.question)["embedding"]
-        topic = assigner.run(query=q.question)["query_topic"]
+        topic = assigner.assign(vector)
         topic_filters = {"operator": "AND", "conditions": [
             filters, {"field": "meta.topic_id", "operator": "==", "value": topic.topic_id}]}
         for bucket, active in ((plain, filters), (narrowed, topic_filters)):
@@ -109,7 +110,7 @@ def main() -> None:
         for dataset in MULTIHOP_DATASETS:
             store = build_document_store(settings, index=f"docqa-topics-{dataset}")
             corpus = doc_embedder.run(documents=load_corpus(dataset, tenant="eval", access=["everyone"]))["documents"]
-            assigner = TopicAssigner(Path(workdir) / "topics" / dataset, text_embedder=text_embedder)
+            assigner = TopicAssigner(Path(workdir) / "topics" / dataset)
             started = time.perf_counter()
             info = assigner.fit(corpus)
             fit_s = time.perf_counter() - started
@@ -118,12 +119,16 @@ def main() -> None:
             print(f"\n{dataset}: {len(corpus)} passages; topic model v{info.version} {info.mode}, "
                   f"{info.n_topics} topics (largest sizes {[s for _, s in sizes[:5]]}, outliers "
                   f"{info.topic_sizes.get('-1', 0)}), fitted in {fit_s:.1f} s")
-            hybrid = HybridRetriever(*build_retrievers(store, settings), text_embedder, top_k=TOP_K, candidates=20)
-            variants: dict[str, Any] = {"plain": hybrid}
+
+            def hybrid(store: Any = store) -> HybridRetriever:  # a component belongs to one graph: one per variant
+                return HybridRetriever(*build_retrievers(store, settings), build_text_embedder(settings), top_k=TOP_K,
+                                       candidates=20)
+
+            variants: dict[str, Any] = {"plain": hybrid()}
             for threshold in THRESHOLDS:
                 variants[f"topic, p>={threshold}"] = TopicFilteredRetriever(
-                    hybrid, assigner, min_probability=threshold, top_k=TOP_K)
-            variants["topic forced"] = ForcedTopicRetriever(hybrid, assigner)
+                    hybrid(), build_text_embedder(settings), assigner, min_probability=threshold, top_k=TOP_K)
+            variants["topic forced"] = ForcedTopicRetriever(hybrid(), assigner, text_embedder)
             filters = {"field": "meta.tenant", "operator": "==", "value": "eval"}
             questions = load_questions(dataset)
             print(f"{'variant':<16} {'R@5':>6} {'R@10':>6} {'p50 ms':>7} {'p90 ms':>7}  filtered / fallbacks")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
@@ -11,51 +12,64 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from docqa.components.record_query_resolver import RecordQuery
 from docqa.components.time_scope_resolver import TimeScope, scope_filters
 
-STOP_ACCEPTED = "answer_accepted"
-STOP_MAX_ITERATIONS = "max_iterations"
-STOP_NO_NEW_QUERY = "no_new_query"
-# How a round retrieves: exactly the records the question names, every record of a time window, or ranked.
-MODE_EXACT = "exact_records"
-MODE_WINDOW = "record_window"
-MODE_RANKED = "ranked"
+
+class StopReason(StrEnum):
+    """Why AT-RAG's loop ended (the result's `stop_reason`)."""
+
+    ACCEPTED = "answer_accepted"
+    MAX_ITERATIONS = "max_iterations"
+    NO_NEW_QUERY = "no_new_query"
+
+
+class RetrievalMode(StrEnum):
+    """How a round retrieves: exactly the records the question names, every record of a time window, or ranked.
+    (What the retrieval step's `topic.mode` then says is a `TopicMode`.)"""
+
+    EXACT = "exact_records"
+    WINDOW = "record_window"
+    RANKED = "ranked"
 
 
 @dataclass(frozen=True)
 class ATRAGRound:
     """What AT-RAG's loop carries from one retrieval to the next, and, once it stops, the draft result.
 
-    `filters` are the question's own (patient, window, record types), always AND'ed with docqa's access filters.
-    Treat a round as immutable, its lists and dicts included: make a new one with `replace`.
+    `filters` are the question's own (patient, window, record types), always AND'ed with docqa's access filters;
+    `record_query` and `scope` are what the resolver understood. Components make a new round with `replace`; Haystack
+    copies a round at every hop like any other value.
     """
 
-    queries: list[str]
-    mode: str
+    queries: tuple[str, ...]
+    mode: RetrievalMode
     filters: dict[str, Any] | None = None
-    record_query: dict[str, Any] = field(default_factory=dict)
-    scope: dict[str, Any] = field(default_factory=dict)
+    record_query: RecordQuery = field(default_factory=RecordQuery)
+    scope: TimeScope = field(default_factory=lambda: TimeScope(kind="none"))
     table: dict[str, Any] | None = None
     answer: str = ""
-    cited_documents: list[Document] = field(default_factory=list)
-    stop_reason: str | None = None
+    cited_documents: tuple[Document, ...] = ()
+    stop_reason: StopReason | None = None
     # The passages the answer was given, numbered [1]..[n] in this order (what its citation markers refer to).
-    prompt_documents: list[Document] = field(default_factory=list)
+    prompt_documents: tuple[Document, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "queries", tuple(self.queries))
+        object.__setattr__(self, "mode", RetrievalMode(self.mode))
+        object.__setattr__(self, "cited_documents", tuple(self.cited_documents))
+        object.__setattr__(self, "prompt_documents", tuple(self.prompt_documents))
+        if self.stop_reason is not None:
+            object.__setattr__(self, "stop_reason", StopReason(self.stop_reason))
 
     def replace(self, **changes: Any) -> ATRAGRound:
         return dataclasses.replace(self, **changes)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> ATRAGRound:
-        # Haystack deep-copies every component input and output. A round is never changed in place (components
-        # make a new one with `replace`, and only read its lists and dicts), so a copy at every hop is only cost.
-        return self
 
     def to_dict(self) -> dict[str, Any]:
         """What the step trail shows of a round (it passes through several steps): the query, record scope and
         table are shown in full once, by the resolver and record table steps; documents by id."""
         table = self.table
-        return {"queries": list(self.queries), "mode": self.mode, "filters": self.filters,
+        return {"queries": list(self.queries), "mode": self.mode.value, "filters": self.filters,
                 "table": None if table is None else {k: table.get(k) for k in ("total", "shown", "offset")},
                 "answer": self.answer, "cited_document_ids": [d.id for d in self.cited_documents],
-                "stop_reason": self.stop_reason}
+                "stop_reason": None if self.stop_reason is None else self.stop_reason.value}
 
 
 def plan_round(question: str, scope: TimeScope, record_query: RecordQuery,
@@ -64,14 +78,13 @@ def plan_round(question: str, scope: TimeScope, record_query: RecordQuery,
     # Exact when the question names what it asks for and whose or when: then metadata alone decides.
     exact = record_query.exact and (scope.patient_id is not None or scope.kind != "none")
     if exact:
-        mode, filters = MODE_EXACT, record_filters
+        mode, filters = RetrievalMode.EXACT, record_filters
     elif scope.kind != "none":
-        mode, filters = MODE_WINDOW, record_filters
+        mode, filters = RetrievalMode.WINDOW, record_filters
     else:
         # Unscoped questions keep ranked retrieval, narrowed only to the patient when one is known.
-        mode, filters = MODE_RANKED, scope_filters(scope)
-    return ATRAGRound(queries=[question], mode=mode, filters=filters, record_query=record_query.to_dict(),
-                      scope=scope.to_dict())
+        mode, filters = RetrievalMode.RANKED, scope_filters(scope)
+    return ATRAGRound(queries=(question,), mode=mode, filters=filters, record_query=record_query, scope=scope)
 
 
 @component
@@ -129,14 +142,14 @@ class ATRAGController:
             if scope is None or record_query is None:
                 raise ValueError("the controller needs the resolved scope and record query, or a graded round")
             return {"state": plan_round(question, scope, record_query, record_filters)}
-        draft = state.replace(answer=answer or "", cited_documents=list(cited_documents or []),
-                              prompt_documents=list(prompt_documents or []))
+        draft = state.replace(answer=answer or "", cited_documents=tuple(cited_documents or ()),
+                              prompt_documents=tuple(prompt_documents or ()))
         if passed:
-            return {"final": draft.replace(stop_reason=STOP_ACCEPTED)}
+            return {"final": draft.replace(stop_reason=StopReason.ACCEPTED)}
         if len(state.queries) >= self.max_iterations:
-            return {"final": draft.replace(stop_reason=STOP_MAX_ITERATIONS)}
+            return {"final": draft.replace(stop_reason=StopReason.MAX_ITERATIONS)}
         return {"previous_queries": list(state.queries), "rewrite_feedback": feedback or "",
-                "pending": draft.replace(stop_reason=STOP_NO_NEW_QUERY)}
+                "pending": draft.replace(stop_reason=StopReason.NO_NEW_QUERY)}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, max_iterations=self.max_iterations)

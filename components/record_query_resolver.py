@@ -23,8 +23,8 @@ from docqa.components.time_scope_resolver import (
     _SINCE,
     DATE_FIELD,
     TimeScope,
-    TimeScopeResolver,
     _patient_in,
+    resolve_time_scope,
 )
 
 END_FIELD = "meta.effective_end_utc"
@@ -122,9 +122,9 @@ class RecordQueryResolver:
       matched against the names of the patients whose records the caller may read (`meta.patient_name_key`);
     - record types ("lab results", "vitals", "meds", "diagnoses", "vaccines", "care plans", FHIR resource and
       Synthea CSV table names) -> `meta.record_type in [...]`;
-    - the time scope, by `TimeScopeResolver` ("in the last year", "since 2012", "before March 2015",
-      "between 2010 and 2012", "at the last/first visit", "as of 2015-03-01") -> `meta.effective_start_utc`
-      bounds or the visit's `meta.encounter_id`;
+    - the time scope, read as `TimeScopeResolver` reads it (`resolve_time_scope`: "in the last year", "since 2012",
+      "before March 2015", "between 2010 and 2012", "at the last/first visit", "as of 2015-03-01") ->
+      `meta.effective_start_utc` bounds or the visit's `meta.encounter_id`;
     - codes and names: packaged synonyms ("HbA1c", "blood pressure", "LDL") and LOINC codes written in the
       question -> `meta.code in [...]`; other words ("metformin") matched against the titles of the patient's
       own readable records -> `meta.title in [...]`;
@@ -157,7 +157,6 @@ class RecordQueryResolver:
             raise ValueError("max_title_lookup must be positive")
         self.document_store = document_store
         self.max_title_lookup = max_title_lookup
-        self.time_resolver = TimeScopeResolver(document_store)
 
     @component.output_types(filters=dict, query=RecordQuery, scope=TimeScope)
     def run(self, question: str, as_of: str | None = None, patient_id: str | None = None,
@@ -175,8 +174,8 @@ class RecordQueryResolver:
             question, patient_id = self._read_patient_name(question, query, filters)
         # Codes first, so that "2093-3" is never read as a date.
         rest = _read_written_codes(question, query)
-        scope: TimeScope = self.time_resolver.run(question=rest, as_of=as_of, patient_id=patient_id,
-                                                  filters=filters)["scope"]
+        scope = resolve_time_scope(rest, as_of=as_of, patient_id=patient_id, filters=filters,
+                                   document_store=self.document_store)
         query.patient_id = scope.patient_id
         rest = _without_time_phrases(rest)
         rest = self._read_codes(rest, query)

@@ -51,10 +51,11 @@ class RecordTableAnswer:
             `stop_reason`, `table`, `answer_source` (`model` or `record_table`), the prompt's `documents` and
             `fallback_answer` (the table's description, or None without a table).
         """
-        out: dict[str, Any] = {"answer": result.answer, "cited_documents": result.cited_documents,
-                               "citations": None, "stop_reason": result.stop_reason or "", "table": result.table,
-                               "answer_source": "model", "documents": result.prompt_documents,
-                               "fallback_answer": None}
+        out: dict[str, Any] = {"answer": result.answer, "cited_documents": list(result.cited_documents),
+                               "citations": None,
+                               "stop_reason": "" if result.stop_reason is None else result.stop_reason.value,
+                               "table": result.table, "answer_source": "model",
+                               "documents": list(result.prompt_documents), "fallback_answer": None}
         if result.table is None:
             return out
         if not usable(result.answer):

@@ -6,6 +6,9 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from docqa.components.record_query_resolver import RecordQuery
+from docqa.components.time_scope_resolver import TimeScope
+
 COLUMNS = ("date", "end", "patient_id", "type", "name", "code", "value", "unit", "reference_range", "flag",
            "status", "record_id", "source")
 _TYPE_LABELS = {
@@ -53,7 +56,7 @@ class RecordTableBuilder:
 
     Usage example:
     ```python
-    page = RecordWindowRetriever(store).run(filters=filters)
+    page = RecordWindowRetriever(store).run(query="", filters=filters)
     table = RecordTableBuilder().run(documents=page["documents"], total=page["total"], offset=page["offset"],
                                      summary=page["summary"])["table"]
     table["rows"][0]["value"], table["complete"], table["description"]
@@ -68,22 +71,28 @@ class RecordTableBuilder:
             raise ValueError("max_described_rows must be positive")
         self.max_described_rows = max_described_rows
 
-    @component.output_types(table=dict)
+    @component.output_types(table=dict[str, Any])
     def run(self, documents: list[Document], total: int | None = None, offset: int = 0,
-            summary: dict[str, Any] | None = None, query: dict[str, Any] | None = None) -> dict[str, Any]:
+            summary: dict[str, Any] | None = None, record_query: RecordQuery | None = None,
+            scope: TimeScope | None = None) -> dict[str, Any]:
         """
         :param documents: The records shown (one page).
         :param total: How many records matched in all; `len(documents)` when None.
         :param offset: How many matched records (newest first) come before this page.
         :param summary: The retriever's summary of every matched record.
-        :param query: What was asked (the record query and time scope), kept with the table.
+        :param record_query: What was asked, kept with the table (`query.record_query`) with its notes.
+        :param scope: The question's time scope, kept with the table (`query.scope`).
         :returns: `table`: `columns`, `rows`, `total`, `shown`, `offset`, `complete`, `summary`, `query`,
             `notes` and `description`.
         """
         ordered = sorted(documents, key=lambda d: (str(d.meta.get("effective_start_utc") or ""), d.id))
         rows = [record_row(d) for d in ordered]
         total = len(documents) if total is None else total
-        notes = list((query or {}).get("record_query", {}).get("notes", []))
+        query: dict[str, Any] = {}
+        if record_query is not None or scope is not None:
+            query = {"record_query": record_query.to_dict() if record_query is not None else {},
+                     "scope": scope.to_dict() if scope is not None else {}}
+        notes = list(record_query.notes) if record_query is not None else []
         complete = offset == 0 and len(rows) >= total
         if not complete:
             notes.append(f"showing records {offset + 1}-{offset + len(rows)} of {total} (newest first); "
@@ -96,7 +105,7 @@ class RecordTableBuilder:
             "offset": offset,
             "complete": complete,
             "summary": summary or {},
-            "query": query or {},
+            "query": query,
             "notes": notes,
         }
         table["description"] = describe_table(table, self.max_described_rows)

@@ -23,6 +23,7 @@ class RecordWindowRetriever:
     ```python
     retriever = RecordWindowRetriever(document_store=store, top_k=200)
     retriever.run(query="...", filters=restrict(scope, window_filters))["documents"]
+    retriever.run(query="", filters=restrict(scope, None), scope_filters=window_filters)["documents"]  # the same
     ```
     """
 
@@ -36,12 +37,13 @@ class RecordWindowRetriever:
         self.document_store = document_store
         self.top_k = top_k
 
-    @component.output_types(documents=list[Document], total=int, truncated=bool, offset=int, summary=dict)
-    def run(self, query: str = "", filters: dict[str, Any] | None = None, top_k: int | None = None,
-            offset: int = 0) -> dict[str, Any]:
+    @component.output_types(documents=list[Document], total=int, truncated=bool, offset=int, summary=dict[str, Any])
+    def run(self, query: str, filters: dict[str, Any] | None = None, top_k: int | None = None,
+            offset: int = 0, scope_filters: dict[str, Any] | None = None) -> dict[str, Any]:
         """
-        :param query: Ignored.
+        :param query: Ignored; required all the same, so that in a graph the retriever runs only when asked.
         :param filters: Scope and access filters; required, since unfiltered would mean every record.
+        :param scope_filters: The question's own filters (patient, window, record types), AND'ed with `filters`.
         :param top_k: Upper bound (a page size); the default when None.
         :param offset: Records to skip (newest first) before the page: 0 for the first page, `top_k` for the next.
         :returns: `documents` (one page, newest first), the `total` that matched, whether more matched than the
@@ -51,6 +53,8 @@ class RecordWindowRetriever:
         """
         if not filters:
             raise ValueError("a record window needs filters")
+        if scope_filters:
+            filters = {"operator": "AND", "conditions": [filters, scope_filters]}
         if offset < 0:
             raise ValueError("offset must not be negative")
         limit = top_k or self.top_k

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from dateutil.relativedelta import relativedelta
 from haystack import component, default_from_dict, default_to_dict
@@ -53,11 +53,16 @@ _PATIENT = re.compile(r"\bpatient\s+(?:id\s+)?([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{
 _ABNORMAL = re.compile(r"\b(abnormal|out[- ]of[- ]range)\b", re.IGNORECASE)
 
 
+# How a question's time window was read; "none" when it names none.
+ScopeKind = Literal["none", "relative", "since", "before", "between", "date", "year", "as_of", "last_visit",
+                    "first_visit"]
+
+
 @dataclass
 class TimeScope:
     """What was understood: the window kind and bounds (UTC, inclusive), the patient, and the matched phrase."""
 
-    kind: str  # "none", "relative", "since", "before", "between", "date", "year", "as_of", "last_visit", "first_visit"
+    kind: ScopeKind
     phrase: str | None = None
     start_utc: str | None = None
     end_utc: str | None = None
@@ -119,42 +124,9 @@ class TimeScopeResolver:
         :returns: `filters` (None when nothing was scoped) and the resolved `scope`.
         :raises ValueError: When `as_of` is not an ISO date-time.
         """
-        reference = parse_as_of(as_of)
-        patient = patient_id or _patient_in(question)
-        written_as_of = _AS_OF.search(question)
-        span = parse_date_span(written_as_of.group(1)) if written_as_of else None
-        if span is not None:
-            # "as of 2015-03-01" in the question moves the reference instant to the end of that date.
-            reference = span[1]
-        scope = TimeScope(kind="none", patient_id=patient, as_of=reference.strftime(UTC_FORMAT),
-                          abnormal_only=bool(_ABNORMAL.search(question)))
-        _resolve_window(question, reference, scope)
-        if scope.kind == "none" and written_as_of is not None and span is not None:
-            scope.kind, scope.phrase, scope.end_utc = "as_of", written_as_of.group(0), scope.as_of
-        if scope.kind in ("last_visit", "first_visit"):
-            self._resolve_visit(scope, filters)
+        scope = resolve_time_scope(question, as_of=as_of, patient_id=patient_id, filters=filters,
+                                   document_store=self.document_store)
         return {"filters": scope_filters(scope), "scope": scope}
-
-    def _resolve_visit(self, scope: TimeScope, filters: dict[str, Any] | None) -> None:
-        if self.document_store is None or scope.patient_id is None:
-            scope.kind = "none"
-            return
-        conditions = [
-            {"field": "meta.patient_id", "operator": "==", "value": scope.patient_id},
-            {"field": "meta.record_type", "operator": "==", "value": "encounter"},
-            {"field": DATE_FIELD, "operator": "<=", "value": scope.as_of},
-        ]
-        if filters:
-            conditions.append(filters)
-        encounters = self.document_store.filter_documents(filters={"operator": "AND", "conditions": conditions})
-        if not encounters:
-            scope.kind = "none"
-            return
-        pick = max if scope.kind == "last_visit" else min
-        last = pick(encounters, key=lambda d: str(d.meta.get("effective_start_utc") or ""))
-        scope.encounter_id = last.meta.get("encounter_id") or last.id
-        scope.start_utc = last.meta.get("effective_start_utc")
-        scope.end_utc = last.meta.get("effective_end_utc") or scope.start_utc
 
     def to_dict(self) -> dict[str, Any]:
         # The store is a live collaborator wired by the pipeline builder, not configuration.
@@ -163,6 +135,52 @@ class TimeScopeResolver:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TimeScopeResolver:
         return default_from_dict(cls, data)
+
+
+def resolve_time_scope(question: str, *, as_of: str | None = None, patient_id: str | None = None,
+                       filters: dict[str, Any] | None = None, document_store: Any | None = None) -> TimeScope:
+    """The time scope and patient of a question (see `TimeScopeResolver`); the visit lookups read
+    `document_store` under the caller's access `filters`.
+
+    :raises ValueError: When `as_of` is not an ISO date-time.
+    """
+    reference = parse_as_of(as_of)
+    patient = patient_id or _patient_in(question)
+    written_as_of = _AS_OF.search(question)
+    span = parse_date_span(written_as_of.group(1)) if written_as_of else None
+    if span is not None:
+        # "as of 2015-03-01" in the question moves the reference instant to the end of that date.
+        reference = span[1]
+    scope = TimeScope(kind="none", patient_id=patient, as_of=reference.strftime(UTC_FORMAT),
+                      abnormal_only=bool(_ABNORMAL.search(question)))
+    _resolve_window(question, reference, scope)
+    if scope.kind == "none" and written_as_of is not None and span is not None:
+        scope.kind, scope.phrase, scope.end_utc = "as_of", written_as_of.group(0), scope.as_of
+    if scope.kind in ("last_visit", "first_visit"):
+        _resolve_visit(scope, filters, document_store)
+    return scope
+
+
+def _resolve_visit(scope: TimeScope, filters: dict[str, Any] | None, document_store: Any | None) -> None:
+    if document_store is None or scope.patient_id is None:
+        scope.kind = "none"
+        return
+    conditions = [
+        {"field": "meta.patient_id", "operator": "==", "value": scope.patient_id},
+        {"field": "meta.record_type", "operator": "==", "value": "encounter"},
+        {"field": DATE_FIELD, "operator": "<=", "value": scope.as_of},
+    ]
+    if filters:
+        conditions.append(filters)
+    encounters = document_store.filter_documents(filters={"operator": "AND", "conditions": conditions})
+    if not encounters:
+        scope.kind = "none"
+        return
+    pick = max if scope.kind == "last_visit" else min
+    last = pick(encounters, key=lambda d: str(d.meta.get("effective_start_utc") or ""))
+    scope.encounter_id = last.meta.get("encounter_id") or last.id
+    scope.start_utc = last.meta.get("effective_start_utc")
+    scope.end_utc = last.meta.get("effective_end_utc") or scope.start_utc
 
 
 def _patient_in(question: str) -> str | None:

@@ -1,6 +1,6 @@
 """Topic tagging of documents (ingestion) and of questions (query time) with a versioned BERTopic model.
 
-The models themselves (fitting, versions, per-tenant directories, refits) live in `docqa.topics`.
+The models themselves (fitting, versions, per-tenant directories) live in `docqa.topic_models`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
-from haystack.core.serialization import component_to_dict
-from haystack.utils import deserialize_component_inplace
 
-from docqa.topics import (
+from docqa.topic_models import (
     GUIDE_FIELD,
     PROBABILITY_FIELD,
     TOPIC_FIELD,
@@ -28,7 +26,7 @@ from docqa.topics import (
     topic_model_dir,
 )
 
-# The metadata fields are re-exported: ingestion and the retriever read them from here or from docqa.topics.
+# The metadata fields are re-exported: ingestion and the retriever read them from here or from docqa.topic_models.
 __all__ = ["GUIDE_FIELD", "PROBABILITY_FIELD", "TOPIC_FIELD", "VERSION_FIELD", "TenantTopicAssigners",
            "TopicAssigner", "TopicAssignment", "TopicModelInfo"]
 
@@ -49,29 +47,27 @@ class TopicAssignment:
 class TopicAssigner:
     """
     Tags documents with `meta.topic_id`, `meta.topic_probability` and `meta.topic_version`, and assigns a
-    question its topic, using the latest (or a pinned) version of the topic model stored under `model_dir`.
+    question its topic from its embedding, using the latest (or a pinned) version of the topic model stored
+    under `model_dir`.
 
     Fitting a new version is an explicit action (`fit`). When documents carry a known `record_type`, the
     model is fitted supervised on it, and such documents are tagged with their record type's topic
-    (probability 1.0); others get the nearest topic. Without a fitted model, documents pass through untagged
-    and questions get no topic.
+    (probability 1.0); others get the nearest topic by their embedding (documents are embedded before they are
+    tagged; one without an embedding or a known record type passes untagged). Without a fitted model, documents
+    pass through untagged and questions get no topic. Nothing is embedded here: the graph's embedders do it.
 
     Usage example:
     ```python
-    assigner = TopicAssigner(model_dir="/data/topic_models/acme", text_embedder=text_embedder)
+    assigner = TopicAssigner(model_dir="/data/topic_models/acme")
     assigner.fit(documents_with_embeddings)                      # admin action: writes version N+1
-    tagged = assigner.run(documents=new_documents)["documents"]  # ingestion
-    assigner.run(query="abnormal lab results last year")["query_topic"]
+    tagged = assigner.run(documents=embedded_documents)["documents"]  # ingestion
+    assigner.run(query_embedding=text_embedder.run(text="abnormal lab results")["embedding"])["query_topic"]
     ```
     """
 
-    def __init__(self, model_dir: str | Path, text_embedder: Any | None = None,
-                 document_embedder: Any | None = None, version: int | None = None,
-                 temperature: float = 0.05) -> None:
+    def __init__(self, model_dir: str | Path, version: int | None = None, temperature: float = 0.05) -> None:
         """
         :param model_dir: Directory of the versioned topic models (one per tenant).
-        :param text_embedder: Embeds questions (`run(text) -> {"embedding": ...}`); needed for `query`.
-        :param document_embedder: Embeds documents that arrive without an embedding.
         :param version: Pin a version; the latest when None.
         :param temperature: Softmax temperature over cosine similarities; lower is more decisive.
         """
@@ -80,8 +76,6 @@ class TopicAssigner:
         if version is not None and version < 1:
             raise ValueError("versions start at 1")
         self.model_dir = str(model_dir)
-        self.text_embedder = text_embedder
-        self.document_embedder = document_embedder
         self.version = version
         self.temperature = temperature
         self._store = TopicModelStore(model_dir)
@@ -102,66 +96,45 @@ class TopicAssigner:
         return self._model
 
     def fit(self, documents: list[Document]) -> TopicModelInfo:
-        """Fit and store a new version on `documents` (embedded if needed) and switch to it.
+        """Fit and store a new version on the documents that carry an embedding, and switch to it.
 
         :returns: The new version's info.
         :raises ValueError: With too few documents to fit.
         """
-        info = fit_documents(self._store, self._with_embeddings(documents))
+        info = fit_documents(self._store, documents)
         self.version = None
         self._model = self._store.load(info.version)
         self._loaded = True
         return info
 
+    def assign(self, query_embedding: list[float]) -> TopicAssignment | None:
+        """The topic of a question's embedding under the current model (None without a model)."""
+        model = self.model
+        if model is None:
+            return None
+        topic_id, probability = model.assign(query_embedding, self.temperature)
+        return TopicAssignment(topic_id=topic_id, probability=round(probability, 4), version=model.version)
+
     @component.output_types(documents=list[Document], query_topic=TopicAssignment | None)
-    def run(self, documents: list[Document] | None = None, query: str | None = None) -> dict[str, Any]:
+    def run(self, documents: list[Document] | None = None,
+            query_embedding: list[float] | None = None) -> dict[str, Any]:
         """
         :param documents: Documents to tag (copies are returned; inputs are not modified).
-        :param query: A question to assign a topic to.
-        :returns: `documents` (tagged where possible) and `query_topic` (None without a model or query).
+        :param query_embedding: A question's embedding to assign a topic to.
+        :returns: `documents` (tagged where possible) and `query_topic` (None without a model or embedding).
         """
         model = self.model
-        tagged = self._tag(documents or [], model) if model is not None else list(documents or [])
-        topic = None
-        if query is not None and model is not None:
-            if self.text_embedder is None:
-                raise ValueError("assigning a question's topic needs a text_embedder")
-            embedding = self.text_embedder.run(text=query)["embedding"]
-            topic_id, probability = model.assign(embedding, self.temperature)
-            topic = TopicAssignment(topic_id=topic_id, probability=round(probability, 4), version=model.version)
+        tagged = tag_documents(model, list(documents or []), self.temperature) if model is not None else list(
+            documents or [])
+        topic = self.assign(query_embedding) if query_embedding is not None else None
         return {"documents": tagged, "query_topic": topic}
 
-    def _tag(self, documents: list[Document], model: FittedTopicModel) -> list[Document]:
-        return tag_documents(model, self._with_embeddings(documents), self.temperature)
-
-    def _with_embeddings(self, documents: list[Document]) -> list[Document]:
-        missing = [d for d in documents if d.embedding is None]
-        if not missing or self.document_embedder is None:
-            return list(documents)
-        embedded = {d.id: d for d in self.document_embedder.run(documents=missing)["documents"]}
-        return [embedded.get(d.id, d) if d.embedding is None else d for d in documents]
-
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            model_dir=self.model_dir,
-            text_embedder=_serialized(self.text_embedder, "text_embedder"),
-            document_embedder=_serialized(self.document_embedder, "document_embedder"),
-            version=self.version,
-            temperature=self.temperature,
-        )
+        return default_to_dict(self, model_dir=self.model_dir, version=self.version, temperature=self.temperature)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TopicAssigner:
-        params = data["init_parameters"]
-        for key in ("text_embedder", "document_embedder"):
-            if params.get(key) is not None:
-                deserialize_component_inplace(params, key=key)
         return default_from_dict(cls, data)
-
-
-def _serialized(collaborator: Any | None, name: str) -> dict[str, Any] | None:
-    return component_to_dict(collaborator, name) if collaborator is not None else None
 
 
 class TenantTopicAssigners:
@@ -172,19 +145,17 @@ class TenantTopicAssigners:
 
     Usage example:
     ```python
-    assigners = TenantTopicAssigners(settings.data_dir, text_embedder=text_embedder)
-    assigners.for_tenant("acme").run(query="abnormal lab results")["query_topic"]
+    assigners = TenantTopicAssigners(settings.data_dir)
+    assigners.for_tenant("acme").assign(query_embedding)
     ```
     """
 
-    def __init__(self, data_dir: str | Path, text_embedder: Any | None = None, temperature: float = 0.05) -> None:
+    def __init__(self, data_dir: str | Path, temperature: float = 0.05) -> None:
         """
         :param data_dir: docqa's data directory; each tenant's models are under `topic_models/` in it.
-        :param text_embedder: Embeds questions.
         :param temperature: Softmax temperature of every tenant's assigner.
         """
         self.data_dir = str(data_dir)
-        self.text_embedder = text_embedder
         self.temperature = temperature
         self._assigners: dict[str, TopicAssigner] = {}
         self._lock = threading.Lock()
@@ -193,17 +164,12 @@ class TenantTopicAssigners:
         with self._lock:
             if tenant not in self._assigners:
                 self._assigners[tenant] = TopicAssigner(topic_model_dir(self.data_dir, tenant),
-                                                        text_embedder=self.text_embedder,
                                                         temperature=self.temperature)
             return self._assigners[tenant]
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, data_dir=self.data_dir,
-                               text_embedder=_serialized(self.text_embedder, "text_embedder"),
-                               temperature=self.temperature)
+        return default_to_dict(self, data_dir=self.data_dir, temperature=self.temperature)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TenantTopicAssigners:
-        if data["init_parameters"].get("text_embedder") is not None:
-            deserialize_component_inplace(data["init_parameters"], key="text_embedder")
         return default_from_dict(cls, data)

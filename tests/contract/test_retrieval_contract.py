@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from haystack import Document
+from haystack import Document, component
 from haystack.document_stores.types import DuplicatePolicy
 
 from docqa.access import AccessScope, restrict
@@ -28,7 +28,9 @@ def hashed_embedding(text: str) -> list[float]:
     return (vector / norm).astype(np.float64).tolist()
 
 
+@component
 class HashingTextEmbedder:
+    @component.output_types(embedding=list[float])
     def run(self, text: str) -> dict[str, list[float]]:
         return {"embedding": hashed_embedding(text)}
 

@@ -28,7 +28,7 @@ MAX_ITERATIONS = 2
 AS_OF = "2019-06-01T00:00:00Z"
 # Small prompts keep each call of the CPU model short on a busy machine.
 SMALL_PROMPTS = {"max_prompt_documents": 4, "max_document_chars": 200}
-STOP_REASONS = {atrag.STOP_ACCEPTED, atrag.STOP_MAX_ITERATIONS, atrag.STOP_NO_NEW_QUERY}
+STOP_REASONS = set(atrag.StopReason)
 
 
 @pytest.fixture(scope="module")

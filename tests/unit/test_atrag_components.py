@@ -165,9 +165,13 @@ class TestRecordWindowRetriever:
         store = InMemoryDocumentStore()
         store.write_documents([_encounter(f"e{i}", f"20{10 + i}-01-01T00:00:00Z", ["everyone"]) for i in range(5)])
         retriever = RecordWindowRetriever(store, top_k=3)
-        out = retriever.run(filters={"field": "meta.patient_id", "operator": "==", "value": "p1"})
+        out = retriever.run(query="", filters={"field": "meta.patient_id", "operator": "==", "value": "p1"})
         assert [d.id for d in out["documents"]] == ["e4", "e3", "e2"]
         assert (out["total"], out["truncated"]) == (5, True)
+        window = {"field": "meta.effective_start_utc", "operator": ">=", "value": "2013-01-01T00:00:00Z"}
+        scoped = retriever.run(query="", filters={"field": "meta.patient_id", "operator": "==", "value": "p1"},
+                               scope_filters=window)
+        assert [d.id for d in scoped["documents"]] == ["e4", "e3"] and scoped["total"] == 2
 
     def test_unfiltered_is_refused(self) -> None:
         with pytest.raises(ValueError):
@@ -193,10 +197,13 @@ class TestATRAGController:
     def test_the_first_round_says_how_to_retrieve(self, tmp_path: Path, question: str, patient: str | None,
                                                   mode: str) -> None:
         from docqa.components.atrag_controller import ATRAGController
+        from docqa.components.record_query_resolver import RecordQuery
+        from docqa.components.time_scope_resolver import TimeScope
 
         store = EmbeddedDocumentStore(str(tmp_path / "store.sqlite3"))
         state = ATRAGController().run(question=question, **self._resolved(store, question, patient))["state"]
-        assert (state.mode, state.queries) == (mode, [question])
+        assert (state.mode, state.queries) == (mode, (question,))
+        assert isinstance(state.record_query, RecordQuery) and isinstance(state.scope, TimeScope)
         assert (state.filters is None) == (mode == "ranked")
 
     def test_graded_rounds_stop_or_ask_for_a_rewrite(self) -> None:
@@ -208,13 +215,15 @@ class TestATRAGController:
         first = ATRAGRound(queries=["q"], mode="ranked")
         accepted = controller.run(question="q", state=first, answer="a", cited_documents=DOCS, passed=True)
         assert set(accepted) == {"final"} and accepted["final"].stop_reason == "answer_accepted"
-        assert accepted["final"].cited_documents == DOCS
+        assert list(accepted["final"].cited_documents) == DOCS
         retry = controller.run(question="q", state=first, answer="a", passed=False, feedback="unsupported")
         assert (retry["previous_queries"], retry["rewrite_feedback"]) == (["q"], "unsupported")
         assert retry["pending"].stop_reason == "no_new_query" and "final" not in retry
         last = controller.run(question="q", state=first.replace(queries=["q", "q2"]), answer="b", passed=False)
         assert last["final"].stop_reason == "max_iterations" and last["final"].answer == "b"
-        assert copy.deepcopy(first) is first  # immutable: Haystack's copies at every hop are skipped
+        copied = copy.deepcopy(accepted["final"])  # Haystack copies a round at every hop: a real copy
+        assert copied == accepted["final"] and copied is not accepted["final"]
+        assert copied.scope is not accepted["final"].scope and copied.record_query is not first.record_query
         assert ATRAGController.from_dict(controller.to_dict()).max_iterations == 2
         with pytest.raises(ValueError):
             ATRAGController(max_iterations=0)

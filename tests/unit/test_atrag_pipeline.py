@@ -8,18 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from haystack import Document
+from haystack import Document, component
 
 from docqa.access import AccessScope, restrict, tenant_of
 from docqa.components.answer_grader import AnswerGrader
 from docqa.components.cot_answer_generator import CoTAnswerGenerator
 from docqa.components.query_rewriter import QueryRewriter
 from docqa.components.record_window_retriever import RecordWindowRetriever
-from docqa.components.time_scope_resolver import TimeScopeResolver
 from docqa.components.topic_assigner import TenantTopicAssigners, TopicAssigner
 from docqa.ingestion.records import parse_fhir_bundle
 from docqa.ingestion.records.fhir import KEPT_RESOURCE_TYPES
-from docqa.pipelines.atrag import STOP_ACCEPTED, STOP_MAX_ITERATIONS, STOP_NO_NEW_QUERY, ATRAGPipeline
+from docqa.pipelines.atrag import ATRAGPipeline, StopReason
 from docqa.stores.embedded import EmbeddedDocumentStore
 from docqa.stores.filters import StoredRecord, compile_filters
 from tests.support.hash_embedder import HashTextEmbedder
@@ -32,12 +31,14 @@ USEFUL = r"answer the question \(Yes or No\)"
 REWRITE = r"Write one better search query"
 
 
+@component
 class ListRetriever:
     def __init__(self, documents: list[Document]) -> None:
         self.documents = documents
         self.queries: list[str] = []
 
-    def run(self, query: str, filters: dict[str, Any] | None = None, top_k: int = 5) -> dict[str, Any]:
+    @component.output_types(documents=list[Document])
+    def run(self, query: str, filters: dict[str, Any] | None = None, top_k: int | None = 5) -> dict[str, Any]:
         self.queries.append(query)
         predicate = compile_filters(filters) if filters else (lambda _: True)
         return {"documents": [d for d in self.documents if predicate(StoredRecord(id=d.id, meta=d.meta))][:top_k]}
@@ -53,8 +54,8 @@ def _pipeline(tmp_path: Path, llm: ScriptedChatGenerator, documents: list[Docume
     pipeline = ATRAGPipeline(
         ranked_retriever=ranked,
         record_retriever=RecordWindowRetriever(store, top_k=500),
-        topic_assigners=TenantTopicAssigners(tmp_path / "topics", text_embedder=HashTextEmbedder()),
-        time_resolver=TimeScopeResolver(store),
+        topic_assigners=TenantTopicAssigners(tmp_path / "topics"),
+        text_embedder=HashTextEmbedder,
         generator=CoTAnswerGenerator(llm),
         grader=AnswerGrader(llm),
         rewriter=QueryRewriter(llm),
@@ -74,10 +75,16 @@ class TestGradedLoop:
                                     default="[1] says so.\nAnswer: Paris [1].")
         pipeline, _ = _pipeline(tmp_path, llm)
         result = pipeline.run("What is the capital of France?", SCOPE)
-        assert (result.answer, result.stop_reason) == ("Paris [1].", STOP_ACCEPTED)
-        assert [s.kind for s in result.steps] == ["time_scope", "control", "routing", "retrieval", "reasoning",
-                                                  "grading", "control", "routing", "record_table",
-                                                  "grounding"]
+        assert (result.answer, result.stop_reason) == ("Paris [1].", StopReason.ACCEPTED)
+        # The topic-filtered retriever's parts are steps of their own (no topic model: nothing is embedded).
+        assert [(s.kind, s.name) for s in result.steps] == [
+            ("time_scope", "record_query_resolver"), ("control", "controller"), ("routing", "round_joiner"),
+            ("routing", "round_query"), ("routing", "mode_router"), ("routing", "retrieved_joiner"),
+            ("retrieval", "ranked_retriever"), ("component", "topic_filter"), ("component", "search_joiner"),
+            ("component", "search"), ("component", "retriever"), ("component", "topic_check"),
+            ("routing", "prompt_joiner"), ("reasoning", "cot_answer_generator"), ("grading", "answer_grader"),
+            ("control", "controller"), ("routing", "final_joiner"), ("record_table", "record_table"),
+            ("grounding", "grounding")]
         assert [c.document_id for c in result.citations] == ["d1"]
         assert _step(result, "retrieval").outputs["topic"]["mode"] == "no_topic_model"
         assert _step(result, "reasoning").outputs["reasoning"] == "[1] says so."
@@ -95,7 +102,7 @@ class TestGradedLoop:
         result = pipeline.run("What is the capital of France?", SCOPE)
         kinds = [s.kind for s in result.steps]
         assert kinds.count("retrieval") == 3 and kinds.count("grading") == 3 and kinds.count("rewrite") == 2
-        assert result.stop_reason == STOP_MAX_ITERATIONS
+        assert result.stop_reason == StopReason.MAX_ITERATIONS
         # The last answer is the result; graded ungrounded, it is shown as quoted passages, labelled extracted.
         assert _step(result, "fallback").inputs["model_answer"] == "Lyon"
         assert result.answer_source == "extracted" and "Lyon" not in result.answer
@@ -108,13 +115,13 @@ class TestGradedLoop:
                                     default="Answer: Lyon")
         pipeline, ranked = _pipeline(tmp_path, llm, max_iterations=5)
         result = pipeline.run("What is the capital of France?", SCOPE)
-        assert result.stop_reason == STOP_NO_NEW_QUERY
+        assert result.stop_reason == StopReason.NO_NEW_QUERY
         assert len(ranked.queries) == 1
 
     def test_garbage_from_the_model_terminates(self, tmp_path: Path) -> None:
         pipeline, _ = _pipeline(tmp_path, ScriptedChatGenerator(default="{{{ ]]] \x00"), max_iterations=4)
         result = pipeline.run("What is the capital of France?", SCOPE)
-        assert result.stop_reason in (STOP_NO_NEW_QUERY, STOP_MAX_ITERATIONS)
+        assert result.stop_reason in (StopReason.NO_NEW_QUERY, StopReason.MAX_ITERATIONS)
         assert len([s for s in result.steps if s.kind == "retrieval"]) <= 4
 
     def test_only_permitted_documents_are_retrieved(self, tmp_path: Path) -> None:
@@ -144,8 +151,8 @@ class TestTenantTopicModels:
         words = {"capital": "capital city country france paris", "medication": "tablet oral dose daily"}
         documents = [Document(id=f"{kind}-{i}", content=f"{text} n{i}", meta={"record_type": kind})
                      for kind, text in words.items() for i in range(6)]
-        TopicAssigner(topic_model_dir(tmp_path / "topics", tenant),
-                      document_embedder=HashDocumentEmbedder()).fit(documents)
+        embedded = HashDocumentEmbedder().run(documents=documents)["documents"]
+        TopicAssigner(topic_model_dir(tmp_path / "topics", tenant)).fit(embedded)
 
     def test_the_topic_model_is_the_one_of_the_callers_tenant(self, tmp_path: Path) -> None:
         self._fit(tmp_path, "t")
@@ -252,7 +259,7 @@ class TestBuilderAndRefit:
             "effective_start_utc": "2020-01-01T00:00:00Z"})])
         pipeline = build_pipeline("atrag", runtime, max_iterations=2, max_prompt_documents=3)
         result = pipeline.run("Lab results since 2019?", SCOPE, as_of="2020-06-01T00:00:00Z", patient_id="p1")
-        assert result.stop_reason == STOP_ACCEPTED
+        assert result.stop_reason == StopReason.ACCEPTED
         assert [c.document_id for c in result.citations] == ["r1"]
         assert pipeline.config()["max_iterations"] == 2 and pipeline.generator.max_documents == 3
 

@@ -7,19 +7,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from haystack import Document
+from haystack import Document, component
 
 from docqa.components.topic_assigner import TopicAssigner
-from docqa.components.topic_filtered_retriever import (
-    MODE_NO_MODEL,
-    MODE_TOO_FEW,
-    MODE_TOPIC,
-    MODE_UNCERTAIN,
-    TopicFilteredRetriever,
-    topic_keywords,
-)
+from docqa.components.topic_filtered_retriever import TopicFilteredRetriever, TopicMode, topic_keywords
 from docqa.stores.filters import StoredRecord, compile_filters
-from docqa.topics import TopicModelStore, fit_bertopic
+from docqa.topic_models import TopicModelStore, fit_bertopic
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder, hash_vector
 
 LAB_WORDS = "glucose cholesterol hemoglobin creatinine lab result blood panel serum"
@@ -40,6 +33,7 @@ def _corpus(per_type: int = 12, labelled: bool = True) -> list[Document]:
     return HashDocumentEmbedder().run(documents=docs)["documents"]
 
 
+@component
 class ListRetriever:
     """Applies filters over a fixed list with the embedded store's semantics; records every call."""
 
@@ -47,7 +41,8 @@ class ListRetriever:
         self.documents = documents
         self.calls: list[dict[str, Any]] = []
 
-    def run(self, query: str, filters: dict[str, Any] | None = None, top_k: int = 5) -> dict[str, Any]:
+    @component.output_types(documents=list[Document])
+    def run(self, query: str, filters: dict[str, Any] | None = None, top_k: int | None = 5) -> dict[str, Any]:
         self.calls.append({"query": query, "filters": filters, "top_k": top_k})
         predicate = compile_filters(filters) if filters else (lambda _: True)
         hits = [d for d in self.documents if predicate(StoredRecord(id=d.id, meta=d.meta))]
@@ -108,25 +103,28 @@ class TestTopicAssigner:
         assert tagged.meta["topic_version"] == 1
         assert "topic_id" not in new.meta  # inputs are not modified
 
-    def test_unlabelled_document_gets_nearest_topic_via_embedder(self, guided_model_dir: Path) -> None:
-        assigner = TopicAssigner(guided_model_dir, document_embedder=HashDocumentEmbedder())
+    def test_unlabelled_document_gets_nearest_topic_by_its_embedding(self, guided_model_dir: Path) -> None:
+        assigner = TopicAssigner(guided_model_dir)
         guides = assigner.model.info.label_to_topic
         doc = Document(id="x", content="tablet prescribed oral dose daily")
-        tagged = assigner.run(documents=[doc])["documents"][0]
+        assert "topic_id" not in assigner.run(documents=[doc])["documents"][0].meta  # not embedded: untagged
+        embedded = HashDocumentEmbedder().run(documents=[doc])["documents"]
+        tagged = assigner.run(documents=embedded)["documents"][0]
         assert tagged.meta["topic_id"] == guides["medication"]
         assert 0.0 < tagged.meta["topic_probability"] <= 1.0
 
     def test_query_gets_topic_and_probability(self, guided_model_dir: Path) -> None:
-        assigner = TopicAssigner(guided_model_dir, text_embedder=HashTextEmbedder())
-        topic = assigner.run(query="lab result glucose cholesterol blood")["query_topic"]
+        assigner = TopicAssigner(guided_model_dir)
+        vector = hash_vector("lab result glucose cholesterol blood")
+        topic = assigner.run(query_embedding=vector)["query_topic"]
         assert topic.topic_id == assigner.model.info.label_to_topic["lab_result"]
         assert topic.probability > 0.5
         assert topic.version == 1
 
     def test_without_a_model_documents_pass_untagged(self, tmp_path: Path) -> None:
-        assigner = TopicAssigner(tmp_path, text_embedder=HashTextEmbedder())
+        assigner = TopicAssigner(tmp_path)
         doc = Document(id="a", content="x")
-        out = assigner.run(documents=[doc], query="anything")
+        out = assigner.run(documents=[doc], query_embedding=hash_vector("anything"))
         assert out["documents"] == [doc]
         assert out["query_topic"] is None
 
@@ -148,12 +146,12 @@ class TestTopicFilteredRetriever:
 
     def test_filters_to_the_question_topic(self, guided_model_dir: Path) -> None:
         inner = ListRetriever(self._tagged(guided_model_dir))
-        assigner = TopicAssigner(guided_model_dir, text_embedder=HashTextEmbedder())
-        retriever = TopicFilteredRetriever(inner, assigner, min_probability=0.5, top_k=5)
+        assigner = TopicAssigner(guided_model_dir)
+        retriever = TopicFilteredRetriever(inner, HashTextEmbedder(), assigner, min_probability=0.5, top_k=5)
         access = {"field": "meta.tenant", "operator": "==", "value": "t"}
         out = retriever.run(query="glucose cholesterol lab result", filters=access)
         lab_topic = assigner.model.info.label_to_topic["lab_result"]
-        assert out["topic"]["mode"] == MODE_TOPIC
+        assert out["topic"]["mode"] == TopicMode.TOPIC
         assert {d.meta["record_type"] for d in out["documents"]} == {"lab_result"}
         assert access in inner.calls[0]["filters"]["conditions"]  # the caller's filter is never dropped
         assert out["topic"]["topic_id"] == lab_topic
@@ -161,10 +159,10 @@ class TestTopicFilteredRetriever:
 
     def test_uncertain_topic_falls_back_without_filtering(self, guided_model_dir: Path) -> None:
         inner = ListRetriever(self._tagged(guided_model_dir))
-        assigner = TopicAssigner(guided_model_dir, text_embedder=HashTextEmbedder())
-        retriever = TopicFilteredRetriever(inner, assigner, min_probability=1.0)
+        assigner = TopicAssigner(guided_model_dir)
+        retriever = TopicFilteredRetriever(inner, HashTextEmbedder(), assigner, min_probability=1.0)
         out = retriever.run(query="zebra unrelated words")
-        assert out["topic"]["mode"] == MODE_UNCERTAIN
+        assert out["topic"]["mode"] == TopicMode.UNCERTAIN
         assert len(inner.calls) == 1 and inner.calls[0]["filters"] is None
 
     def test_too_few_filtered_results_fall_back(self, guided_model_dir: Path) -> None:
@@ -172,18 +170,20 @@ class TestTopicFilteredRetriever:
         lab_only_two = [d for d in documents if d.meta["record_type"] != "lab_result"] + [
             d for d in documents if d.meta["record_type"] == "lab_result"][:2]
         inner = ListRetriever(lab_only_two)
-        assigner = TopicAssigner(guided_model_dir, text_embedder=HashTextEmbedder())
-        retriever = TopicFilteredRetriever(inner, assigner, min_probability=0.0, top_k=5)
+        assigner = TopicAssigner(guided_model_dir)
+        retriever = TopicFilteredRetriever(inner, HashTextEmbedder(), assigner, min_probability=0.0, top_k=5)
         out = retriever.run(query="glucose cholesterol lab result")
-        assert out["topic"]["mode"] == MODE_TOO_FEW
+        assert out["topic"]["mode"] == TopicMode.TOO_FEW
         assert out["topic"]["filtered_count"] == 2
         assert len(out["documents"]) == 5 and len(inner.calls) == 2
 
     def test_no_model_means_plain_retrieval(self, tmp_path: Path) -> None:
         inner = ListRetriever(_corpus())
-        retriever = TopicFilteredRetriever(inner, TopicAssigner(tmp_path, text_embedder=HashTextEmbedder()))
+        embedder = HashTextEmbedder()
+        retriever = TopicFilteredRetriever(inner, embedder, TopicAssigner(tmp_path))
         out = retriever.run(query="glucose")
-        assert out["topic"]["mode"] == MODE_NO_MODEL and len(out["documents"]) == 5
+        assert out["topic"]["mode"] == TopicMode.NO_MODEL and len(out["documents"]) == 5
+        assert embedder.calls == 0  # without a model the question is not embedded
 
     def test_keywords_only_from_given_documents_of_that_topic(self) -> None:
         docs = [Document(content="secret glucose", meta={"topic_id": 1}),
@@ -195,9 +195,9 @@ class TestTopicFilteredRetriever:
     def test_invalid_arguments(self, tmp_path: Path) -> None:
         assigner = TopicAssigner(tmp_path)
         with pytest.raises(ValueError):
-            TopicFilteredRetriever(ListRetriever([]), assigner, min_probability=1.5)
+            TopicFilteredRetriever(ListRetriever([]), HashTextEmbedder(), assigner, min_probability=1.5)
         with pytest.raises(ValueError):
-            TopicFilteredRetriever(ListRetriever([]), assigner, min_documents=0)
+            TopicFilteredRetriever(ListRetriever([]), HashTextEmbedder(), assigner, min_documents=0)
 
 
 def test_hash_vector_is_deterministic() -> None:
@@ -205,11 +205,12 @@ def test_hash_vector_is_deterministic() -> None:
 
 
 def test_unpinned_assigner_follows_a_refit(tmp_path: Path) -> None:
-    running = TopicAssigner(tmp_path, text_embedder=HashTextEmbedder())
-    assert running.run(query="glucose")["query_topic"] is None
+    running = TopicAssigner(tmp_path)
+    glucose = hash_vector("glucose")
+    assert running.run(query_embedding=glucose)["query_topic"] is None
     TopicAssigner(tmp_path).fit(_corpus())
-    assert running.run(query="glucose")["query_topic"].version == 1
+    assert running.run(query_embedding=glucose)["query_topic"].version == 1
     TopicAssigner(tmp_path).fit(_corpus())
-    assert running.run(query="glucose")["query_topic"].version == 2
-    pinned = TopicAssigner(tmp_path, version=1, text_embedder=HashTextEmbedder())
-    assert pinned.run(query="glucose")["query_topic"].version == 1
+    assert running.run(query_embedding=glucose)["query_topic"].version == 2
+    pinned = TopicAssigner(tmp_path, version=1)
+    assert pinned.run(query_embedding=glucose)["query_topic"].version == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from haystack import Document, component
+from haystack.core.errors import PipelineRuntimeError
 from haystack.core.serialization import allow_deserialization_module
 
 from docqa.components.embedded_bm25_retriever import EmbeddedBM25Retriever
@@ -19,7 +20,8 @@ class RecordingRetriever:
         self.calls: list[dict] = []
 
     @component.output_types(documents=list[Document])
-    def run(self, query: str | None = None, query_embedding: list[float] | None = None, filters=None, top_k=None):
+    def run(self, query: str | None = None, query_embedding: list[float] | None = None,
+            filters: dict | None = None, top_k: int | None = None):
         self.calls.append({"query": query, "query_embedding": query_embedding, "filters": filters, "top_k": top_k})
         return {"documents": self.documents[:top_k]}
 
@@ -79,9 +81,16 @@ class TestHybridRetriever:
             HybridRetriever(**args, **kwargs)
 
     def test_rejects_empty_query(self):
-        hybrid = HybridRetriever(RecordingRetriever([]), RecordingRetriever([]), FixedEmbedder())
-        with pytest.raises(ValueError):
+        bm25 = RecordingRetriever([])
+        hybrid = HybridRetriever(bm25, RecordingRetriever([]), FixedEmbedder())
+        with pytest.raises(PipelineRuntimeError, match="query must be a non-empty string"):
             hybrid.run(query="  ")
+        assert bm25.calls == []
+
+    def test_each_part_is_a_node_of_its_graph(self):
+        hybrid = HybridRetriever(RecordingRetriever([]), RecordingRetriever([]), FixedEmbedder())
+        assert set(hybrid.pipeline.graph.nodes) == {"request", "bm25_retriever", "text_embedder",
+                                                    "embedding_retriever", "fusion"}
 
     def test_serialization_round_trip_with_embedded_retrievers(self, tmp_path):
         from haystack_integrations.components.embedders.sentence_transformers import (

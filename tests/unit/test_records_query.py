@@ -23,7 +23,7 @@ from docqa.components.time_scope_resolver import TimeScopeResolver
 from docqa.components.topic_assigner import TenantTopicAssigners
 from docqa.ingestion.records.clinical_record import numeric_observation
 from docqa.ingestion.records.reference_ranges import ReferenceRange, adult_range
-from docqa.pipelines.atrag import MODE_EXACT_RECORDS, ATRAGPipeline
+from docqa.pipelines.atrag import ATRAGPipeline, TopicMode
 from docqa.stores.embedded import EmbeddedDocumentStore
 from tests.support.hash_embedder import HashTextEmbedder
 from tests.support.scripted_chat import ScriptedChatGenerator
@@ -334,8 +334,8 @@ class TestComponents:
         filters = restrict(SCOPE, {"operator": "AND", "conditions": [
             {"field": "meta.code", "operator": "==", "value": "4548-4"},
             {"field": "meta.patient_id", "operator": "==", "value": "p1"}]})
-        first = retriever.run(filters=filters)
-        second = retriever.run(filters=filters, offset=2)
+        first = retriever.run(query="", filters=filters)
+        second = retriever.run(query="", filters=filters, offset=2)
         assert [d.id for d in first["documents"]] == ["a1c-2019", "a1c-2018"] and first["truncated"]
         assert [d.id for d in second["documents"]] == ["a1c-2015"]
         assert first["summary"]["count"] == 3 and first["summary"]["abnormal"] == 2
@@ -360,8 +360,8 @@ def _pipeline(tmp_path: Path, store: EmbeddedDocumentStore, llm: ScriptedChatGen
               max_scoped_records: int = 500) -> ATRAGPipeline:
     return ATRAGPipeline(
         ranked_retriever=RecordWindowRetriever(store), record_retriever=RecordWindowRetriever(store, top_k=500),
-        topic_assigners=TenantTopicAssigners(tmp_path / "topics", text_embedder=HashTextEmbedder()),
-        time_resolver=TimeScopeResolver(store), generator=CoTAnswerGenerator(llm), grader=AnswerGrader(llm),
+        topic_assigners=TenantTopicAssigners(tmp_path / "topics"), text_embedder=HashTextEmbedder,
+        generator=CoTAnswerGenerator(llm), grader=AnswerGrader(llm),
         rewriter=QueryRewriter(llm), top_k=5, max_iterations=2, min_topic_probability=0.5,
         max_scoped_records=max_scoped_records, max_question_chars=2000,
     )
@@ -376,7 +376,7 @@ class TestATRAGRecordAnswers:
         # Checked against the records it was shown; the result cites the table's records, not prompt numbers.
         assert result.answer == "HbA1c rose to 7.1%." and result.answer_source == "model"
         retrieval = next(s for s in result.steps if s.kind == "retrieval")
-        assert retrieval.outputs["topic"]["mode"] == MODE_EXACT_RECORDS
+        assert retrieval.outputs["topic"]["mode"] == TopicMode.EXACT_RECORDS
         table = next(s for s in result.steps if s.kind == "record_table").outputs["table"]
         assert result.steps[-1].kind == "grounding"
         assert [r["record_id"] for r in table["rows"]] == ["a1c-2018", "a1c-2019"]
