@@ -9,14 +9,7 @@ from haystack import component, default_from_dict, default_to_dict
 from haystack.core.serialization import component_to_dict
 from haystack.utils import deserialize_chatgenerator_inplace
 
-from docqa.components.mspr_state import (
-    ACTION_ANSWER,
-    ACTION_SEARCH_PRIMARY,
-    ACTION_SEARCH_SECONDARY,
-    ACTIONS,
-    AgentDecision,
-    MSPRState,
-)
+from docqa.components.mspr_state import ACTIONS, Action, AgentDecision, MSPRState, Phase
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.llm.calls import ChatGenerator, generate_json
 
@@ -43,9 +36,9 @@ MIN_STEP_TOKENS = step_token_cap(_MIN_FIELD_CHARS)
 
 def _input_hint(actions: tuple[str, ...]) -> str:
     hints = []
-    if any(a != ACTION_ANSWER for a in actions):
+    if any(a != Action.ANSWER for a in actions):
         hints.append("the search query for a search")
-    if ACTION_ANSWER in actions:
+    if Action.ANSWER in actions:
         hints.append("the final answer for answer")
     return ", ".join(hints)
 
@@ -112,7 +105,7 @@ def parse_decision(data: dict[str, Any] | None, actions: tuple[str, ...], *, for
     action = action.strip()
     thought = (thought if isinstance(thought, str) else "").strip()[:_MAX_FIELD_CHARS]
     problem = _input_problem(action_input, sources)
-    if problem and (action == ACTION_ANSWER or not question.strip()):
+    if problem and (action == Action.ANSWER or not question.strip()):
         return AgentDecision(thought=thought, action=action, malformed=True, forced_answer=forced, problem=problem)
     if problem:
         return AgentDecision(thought=thought, action=action, action_input=" ".join(question.split()),
@@ -170,15 +163,15 @@ class MSPRAgent:
         :param state: The run so far.
         :returns: `state` with the new decision appended (`phase="decided"`), and the `decision` for the trace.
         """
-        forced = state.phase == "answer_now"
-        actions = (ACTION_ANSWER,) if forced else ACTIONS
+        forced = state.phase == Phase.ANSWER_NOW
+        actions = (Action.ANSWER,) if forced else ACTIONS
         if not forced and not state.observations:
             # Nothing searched yet: an answer now would be the no-retrieval baseline (small models love to), and
             # PRS explores the preferred source before any other.
-            actions = (ACTION_SEARCH_PRIMARY,)
+            actions = (Action.SEARCH_PRIMARY,)
         if len(set(state.sources)) == 1 and not forced:
             # One source: "secondary" would search the same one again under another name.
-            actions = tuple(a for a in actions if a != ACTION_SEARCH_SECONDARY)
+            actions = tuple(a for a in actions if a != Action.SEARCH_SECONDARY)
         feedback = state.review_reason if state.review_passed is False else ""
         # A retried step says what was wrong with the rejected one: the same prompt again would get the same
         # reply from a deterministic model.
@@ -194,7 +187,7 @@ class MSPRAgent:
                              name="mspr_step", max_tokens=self.max_tokens, purpose="mspr_step")
         decision = parse_decision(data, actions, forced=forced, sources=tuple(state.sources),
                                   question=state.question)
-        new_state = state.evolve(phase="decided", decisions=(*state.decisions, decision))
+        new_state = state.evolve(phase=Phase.DECIDED, decisions=(*state.decisions, decision))
         return {"state": new_state, "decision": {**decision.__dict__, "offered_actions": list(actions)}}
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from docqa.components.mspr_state import ACTION_ANSWER, ACTION_SEARCH_PRIMARY, MSPRState
+from docqa.components.mspr_state import Action, MSPRState, Phase, SourceSwitch
 from docqa.components.multi_source_retriever import parse_sources
 
-STOP_REVIEW_PASSED = "review_passed"
-STOP_ANSWERED = "answered"
-STOP_ANSWERED_AFTER_REVIEW = "answered_after_review"
-STOP_MAX_STEPS = "max_steps"
-STOP_MALFORMED_ACTION = "malformed_action"
-STOP_REASONS = (STOP_REVIEW_PASSED, STOP_ANSWERED, STOP_ANSWERED_AFTER_REVIEW, STOP_MAX_STEPS,
-                STOP_MALFORMED_ACTION)
+
+class StopReason(StrEnum):
+    """Why an MSPR run ended (the result's `stop_reason`)."""
+
+    REVIEW_PASSED = "review_passed"
+    ANSWERED = "answered"
+    ANSWERED_AFTER_REVIEW = "answered_after_review"
+    MAX_STEPS = "max_steps"
+    MALFORMED_ACTION = "malformed_action"
 
 
 @component
@@ -72,14 +75,14 @@ class MSPRController:
             check). Always `route` (what was decided and why).
         """
         if state is None:
-            return self._to_agent(MSPRState(question=question, sources=tuple(self.sources)), "start")
-        if state.phase == "decided":
+            return self._to_agent(MSPRState(question=question, sources=tuple(self.sources)), Phase.START.value)
+        if state.phase == Phase.DECIDED:
             return self._after_decision(state)
-        if state.phase == "observed":
+        if state.phase == Phase.OBSERVED:
             return self._after_observation(state)
-        if state.phase == "judged":
+        if state.phase == Phase.JUDGED:
             return self._after_judgement(state)
-        if state.phase == "reviewed":
+        if state.phase == Phase.REVIEWED:
             return self._after_review(state)
         raise ValueError(f"unexpected MSPR phase {state.phase!r}")
 
@@ -91,7 +94,7 @@ class MSPRController:
         if decision.malformed:
             if state.action_retries < self.max_action_retries:
                 retry = state.evolve(action_retries=state.action_retries + 1,
-                                     phase="answer_now" if decision.forced_answer else "retry")
+                                     phase=Phase.ANSWER_NOW if decision.forced_answer else Phase.RETRY)
                 return {"agent": retry, "route": {"next": "agent", "why": "malformed step: retrying",
                                                   "retry": retry.action_retries, "problem": decision.problem}}
             if not state.observations:
@@ -102,19 +105,19 @@ class MSPRController:
                 routed["route"].update(why="malformed first step: the preferred source is searched with the question",
                                        problem=decision.problem)
                 return routed
-            stopped = self._finish(state, "", STOP_MALFORMED_ACTION, cite=False)
+            stopped = self._finish(state, "", StopReason.MALFORMED_ACTION, cite=False)
             stopped["route"]["problem"] = decision.problem
             return stopped
         state = state.evolve(steps=state.steps + 1, action_retries=0)
-        if decision.action == ACTION_ANSWER:
+        if decision.action == Action.ANSWER:
             state = state.evolve(answer=decision.action_input)
             if state.reviews < self.max_reviews:
                 return {"review": state, "route": {"next": "review", "why": "answer to review"}}
             if state.reviews:
-                return self._finish(state, decision.action_input, STOP_ANSWERED_AFTER_REVIEW)
-            reason = STOP_MAX_STEPS if decision.forced_answer else STOP_ANSWERED
+                return self._finish(state, decision.action_input, StopReason.ANSWERED_AFTER_REVIEW)
+            reason = StopReason.MAX_STEPS if decision.forced_answer else StopReason.ANSWERED
             return self._finish(state, decision.action_input, reason)
-        source = state.primary_source if decision.action == ACTION_SEARCH_PRIMARY else state.secondary_source
+        source = state.primary_source if decision.action == Action.SEARCH_PRIMARY else state.secondary_source
         return self._to_retrieval(state, decision.action_input, source, supplementary=False)
 
     def _after_observation(self, state: MSPRState) -> dict[str, Any]:
@@ -126,16 +129,16 @@ class MSPRController:
 
     def _after_judgement(self, state: MSPRState) -> dict[str, Any]:
         verdict = state.verdicts[-1]
-        if not verdict["adds_information"] and state.preferred < len(self.sources) - 1:
-            switch = {"step": verdict["step"], "from": state.primary_source,
-                      "to": self.sources[state.preferred + 1], "reason": verdict["reason"]}
+        if not verdict.adds_information and state.preferred < len(self.sources) - 1:
+            switch = SourceSwitch(step=verdict.step, from_source=state.primary_source,
+                                  to_source=self.sources[state.preferred + 1], reason=verdict.reason)
             state = state.evolve(preferred=state.preferred + 1, switches=(*state.switches, switch))
-            return self._to_agent(state, f"switched source: {switch['from']} -> {switch['to']}")
+            return self._to_agent(state, f"switched source: {switch.from_source} -> {switch.to_source}")
         return self._to_agent(state, f"staying on {state.primary_source}")
 
     def _after_review(self, state: MSPRState) -> dict[str, Any]:
         if state.review_passed:
-            return self._finish(state, state.answer or "", STOP_REVIEW_PASSED)
+            return self._finish(state, state.answer or "", StopReason.REVIEW_PASSED)
         # The reviewer only runs while a supplementary retrieval remains (see _after_decision).
         return self._to_retrieval(state, state.question, state.secondary_source, supplementary=True)
 
@@ -146,7 +149,7 @@ class MSPRController:
 
     def _to_agent(self, state: MSPRState, why: str) -> dict[str, Any]:
         forced = state.steps + 1 >= self._step_budget(state)
-        state = state.evolve(phase="answer_now" if forced else "decide")
+        state = state.evolve(phase=Phase.ANSWER_NOW if forced else Phase.DECIDE)
         return {"agent": state, "route": {"next": "agent", "why": why, "must_answer": forced,
                                           "primary_source": state.primary_source}}
 
@@ -156,7 +159,8 @@ class MSPRController:
         return {"query": query, "source": source, "retrieval": state,
                 "route": {"next": "retrieval", "why": why, "source": source, "query": query}}
 
-    def _finish(self, state: MSPRState, answer: str, stop_reason: str, *, cite: bool = True) -> dict[str, Any]:
+    def _finish(self, state: MSPRState, answer: str, stop_reason: StopReason, *,
+                cite: bool = True) -> dict[str, Any]:
         used: dict[str, int] = {}
         for observation in state.observations:
             used[observation.source] = used.get(observation.source, 0) + 1
@@ -164,9 +168,9 @@ class MSPRController:
             "answer": answer,
             "cited_documents": state.documents() if cite and answer.strip() else [],
             "documents": state.documents(),
-            "stop_reason": stop_reason,
-            "route": {"next": "end", "why": stop_reason, "steps": state.steps, "retrievals_by_source": used,
-                      "switches": list(state.switches), "reviews": state.reviews},
+            "stop_reason": stop_reason.value,
+            "route": {"next": "end", "why": stop_reason.value, "steps": state.steps, "retrievals_by_source": used,
+                      "switches": [s.to_dict() for s in state.switches], "reviews": state.reviews},
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,21 +7,80 @@ agent's steps, the observations and the counters travel in an `MSPRState`. Each 
 Usage:
     state = MSPRState(question="Who founded Acme?", sources=["collection:main", "web"])
     state.primary_source, state.secondary_source   # "collection:main", "web"
-    state = state.evolve(phase="decided", decision=AgentDecision(thought="...", action="answer", action_input="x"))
+    state = state.evolve(phase=Phase.DECIDED, decisions=(AgentDecision(thought="...", action=Action.ANSWER,
+                                                                       action_input="x"),))
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, Literal
 
 from haystack import Document
 
-ACTION_SEARCH_PRIMARY = "search_primary"
-ACTION_SEARCH_SECONDARY = "search_secondary"
-ACTION_ANSWER = "answer"
-ACTIONS = (ACTION_SEARCH_PRIMARY, ACTION_SEARCH_SECONDARY, ACTION_ANSWER)
+
+class Action(StrEnum):
+    """What an agent step may do."""
+
+    SEARCH_PRIMARY = "search_primary"
+    SEARCH_SECONDARY = "search_secondary"
+    ANSWER = "answer"
+
+
+ACTIONS = tuple(Action)
+
+
+class Phase(StrEnum):
+    """What happened last in an MSPR run (the controller routes on it), and who sets it."""
+
+    START = "start"              # a new state (the controller's first run)
+    DECIDE = "decide"            # controller -> agent: take a step
+    ANSWER_NOW = "answer_now"    # controller -> agent: the step budget is spent, answer
+    RETRY = "retry"              # controller -> agent: the last step was malformed, try again
+    DECIDED = "decided"          # agent: a decision was appended
+    OBSERVED = "observed"        # refiner: an observation was appended
+    JUDGED = "judged"            # judge (PRS): a verdict was appended
+    REVIEWED = "reviewed"        # reviewer (CAR): the answer was reviewed
+
+
+@dataclass(frozen=True)
+class SourceVerdict:
+    """The PRS judge's verdict on the newest observation of the preferred source: did it add information?"""
+
+    step: int
+    source: str
+    adds_information: bool
+    reason: str
+    new_document_ids: tuple[str, ...] = ()
+    model_verdict: Literal["yes", "no", "unreadable"] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SourceVerdict:
+        return cls(step=int(data["step"]), source=str(data["source"]),
+                   adds_information=bool(data["adds_information"]), reason=str(data.get("reason") or ""),
+                   new_document_ids=tuple(data.get("new_document_ids") or ()),
+                   model_verdict=data.get("model_verdict"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "source": self.source, "new_document_ids": list(self.new_document_ids),
+                "adds_information": self.adds_information, "reason": self.reason,
+                "model_verdict": self.model_verdict}
+
+
+@dataclass(frozen=True)
+class SourceSwitch:
+    """A move of the preference from one source to the next, after the verdict of `step`."""
+
+    step: int
+    from_source: str
+    to_source: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "from": self.from_source, "to": self.to_source, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -31,12 +90,12 @@ class AgentDecision:
     instead (the `problem` says what was wrong with it), else "model"."""
 
     thought: str = ""
-    action: str = ""
+    action: str = ""  # an `Action` when usable; what the model wrote (or "") when malformed
     action_input: str = ""
     malformed: bool = False
     forced_answer: bool = False
     problem: str = ""
-    query_from: str = "model"
+    query_from: Literal["model", "question"] = "model"
 
 
 @dataclass(frozen=True)
@@ -68,7 +127,7 @@ class MSPRState:
 
     question: str
     sources: tuple[str, ...]
-    phase: str = "start"
+    phase: Phase = Phase.START
     preferred: int = 0
     steps: int = 0
     action_retries: int = 0
@@ -81,12 +140,17 @@ class MSPRState:
     reviews: int = 0
     review_passed: bool | None = None
     review_reason: str = ""
-    switches: tuple[dict[str, Any], ...] = ()
-    verdicts: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    switches: tuple[SourceSwitch, ...] = ()
+    verdicts: tuple[SourceVerdict, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if not self.sources:
             raise ValueError("an MSPR state needs at least one source")
+        # Checked at every change: an unknown phase fails here, where it is set, not at the controller. A verdict
+        # given as its mapping (as the judge writes it for the trace) becomes a SourceVerdict.
+        object.__setattr__(self, "phase", Phase(self.phase))
+        object.__setattr__(self, "verdicts", tuple(
+            v if isinstance(v, SourceVerdict) else SourceVerdict.from_dict(v) for v in self.verdicts))
 
     def evolve(self, **changes: Any) -> MSPRState:
         return dataclasses.replace(self, **changes)
@@ -132,7 +196,7 @@ class MSPRState:
         return {
             "question": self.question,
             "sources": list(self.sources),
-            "phase": self.phase,
+            "phase": self.phase.value,
             "primary_source": self.primary_source,
             "steps": self.steps,
             "action_retries": self.action_retries,
@@ -145,6 +209,6 @@ class MSPRState:
             "answer": self.answer,
             "reviews": self.reviews,
             "review_passed": self.review_passed,
-            "switches": list(self.switches),
-            "verdicts": list(self.verdicts),
+            "switches": [s.to_dict() for s in self.switches],
+            "verdicts": [v.to_dict() for v in self.verdicts],
         }

@@ -118,13 +118,16 @@ class WebPageReader:
         # Checked here, not at the first page read.
         self._limits(self.timeout_s)
 
-    @component.output_types(documents=list[Document], errors=list[str])
-    def run(self, query: str, documents: list[Document], top_k: int | None = None) -> dict[str, Any]:
+    @component.output_types(documents=list[Document], errors=list[str], error=str | None)
+    def run(self, query: str, documents: list[Document], top_k: int | None = None,
+            search_error: str | None = None) -> dict[str, Any]:
         """
         :param query: The search text the chunks are ranked for.
         :param documents: Web results, best first (`meta.url`, `meta.title`; their content is the snippet).
         :param top_k: Documents returned (the init `top_k` by default).
-        :returns: `documents` best first and `errors`, one line per page that could not be read.
+        :param search_error: Why the search itself failed, if it did (it leads `error`).
+        :returns: `documents` best first, `errors` (one line per page that could not be read) and `error`: the
+            search's error and the pages' joined by "; " (None when there is none).
         """
         urls = list(dict.fromkeys(doc.meta["url"] for doc in documents if doc.meta.get("url")))[: self.max_pages]
         if urls:
@@ -142,7 +145,8 @@ class WebPageReader:
                 candidates.append(doc)
             else:
                 candidates.extend(self._chunks(doc, page))
-        return {"documents": rank(query, candidates)[: top_k or self.top_k], "errors": errors}
+        error = "; ".join(e for e in (search_error, *errors) if e) or None
+        return {"documents": rank(query, candidates)[: top_k or self.top_k], "errors": errors, "error": error}
 
     def warm_up(self) -> None:
         """Start the conversion box's server (a second or two, once per process) before the first question."""

@@ -15,7 +15,7 @@ import pytest
 from haystack.document_stores.types import DuplicatePolicy
 
 from docqa.access import AccessScope
-from docqa.components.mspr_controller import STOP_REASONS
+from docqa.components.mspr_controller import StopReason
 from docqa.pipelines.registry import build_pipeline
 from docqa.runtime import Runtime
 from docqa.settings import Settings
@@ -76,7 +76,7 @@ def test_terminates_within_the_bounds_and_writes_every_step(runtime: Runtime, sa
     for question in questions:
         result = pipeline.run(question.question, scope)
 
-        assert result.stop_reason in STOP_REASONS
+        assert result.stop_reason in set(StopReason)
         retrievals = [s for s in result.steps if s.kind == "retrieval"]
         assert len(retrievals) <= MAX_STEPS - 1 + MAX_REVIEWS
         for step in retrievals:

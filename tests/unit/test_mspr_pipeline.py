@@ -14,13 +14,7 @@ from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
 from docqa.access import AccessScope
-from docqa.components.mspr_controller import (
-    STOP_ANSWERED,
-    STOP_ANSWERED_AFTER_REVIEW,
-    STOP_MALFORMED_ACTION,
-    STOP_MAX_STEPS,
-    STOP_REVIEW_PASSED,
-)
+from docqa.components.mspr_controller import StopReason
 from docqa.components.searxng_web_search import SearxngWebSearch
 from docqa.components.web_page_reader import chunk_document_id
 from docqa.errors import ConfigurationError, InvalidOptionsError
@@ -143,7 +137,7 @@ class TestPreferenceDrivenSourceSelection:
             (MAIN, "meals daily allowance"),
         ]
         assert len(_calls(llm, PREFER)) == 3
-        assert result.stop_reason == STOP_REVIEW_PASSED and result.answer == "180 euros"
+        assert result.stop_reason == StopReason.REVIEW_PASSED and result.answer == "180 euros"
         final = _steps(result, "controller")[-1].outputs["route"]
         assert final["switches"] == [] and final["retrievals_by_source"] == {MAIN: 3}
         # The answer cites the passage in which its support was found, not every passage observed.
@@ -259,7 +253,7 @@ class TestCorrectiveAnswerReview:
         assert _retrievals(result) == [(MAIN, "hotel costs"), (ARCHIVE, question)]
         assert _steps(result, "retriever")[1].inputs["query"] == question
         assert len(_calls(llm, REVIEW)) == 1  # SRT = 1: the second answer cannot buy another retrieval
-        assert result.answer == "150 euros" and result.stop_reason == STOP_ANSWERED_AFTER_REVIEW
+        assert result.answer == "150 euros" and result.stop_reason == StopReason.ANSWERED_AFTER_REVIEW
         assert _steps(result, "reviewer")[0].outputs["review"]["passed"] is False
         # The agent continues with the supplementary passages and the review's feedback in its prompt.
         last_prompt = _calls(llm, AGENT)[-1]["prompt"]
@@ -279,7 +273,7 @@ class TestCorrectiveAnswerReview:
         supplementary = _retrievals(result)[1:]
         assert supplementary == [(ARCHIVE, "What is the hotel limit?")] * 2
         assert len(_calls(llm, AGENT)) == 4
-        assert result.stop_reason == STOP_ANSWERED_AFTER_REVIEW
+        assert result.stop_reason == StopReason.ANSWERED_AFTER_REVIEW
 
     def test_without_reviews_the_first_answer_is_final(self, settings):
         llm = ScriptedChatGenerator(
@@ -287,7 +281,7 @@ class TestCorrectiveAnswerReview:
             default="Short summary.",
         )
         result = _run(settings, llm, max_reviews=0)
-        assert result.stop_reason == STOP_ANSWERED and len(_calls(llm, AGENT)) == 2
+        assert result.stop_reason == StopReason.ANSWERED and len(_calls(llm, AGENT)) == 2
         assert _calls(llm, REVIEW) == []
 
     def test_the_first_step_must_search(self, settings):
@@ -316,7 +310,7 @@ class TestBounds:
         assert len(_calls(llm, AGENT)) == 3 and len(_retrievals(result)) == 2
         last = _steps(result, "agent")[-1].outputs["decision"]
         assert last["offered_actions"] == ["answer"] and last["forced_answer"] is True
-        assert result.stop_reason == STOP_MAX_STEPS and result.answer == "180"
+        assert result.stop_reason == StopReason.MAX_STEPS and result.answer == "180"
 
     def test_malformed_steps_are_retried_then_the_run_stops(self, settings):
         # Two malformed first steps: the question itself searches the primary; two more malformed steps stop.
@@ -330,7 +324,7 @@ class TestBounds:
         result = _run(settings, llm)
         assert len(_calls(llm, AGENT)) == 4
         assert _retrievals(result) == [("collection:main", "What is the hotel limit?")]
-        assert result.stop_reason == STOP_MALFORMED_ACTION and result.citations[0].document_id == "hotel"
+        assert result.stop_reason == StopReason.MALFORMED_ACTION and result.citations[0].document_id == "hotel"
         assert result.answer_source == "extracted"  # the model wrote no answer; the passage found is quoted
         assert [s.outputs["decision"]["malformed"] for s in _steps(result, "agent")] == [True] * 4
         fallback = [s.outputs["route"] for s in result.steps if s.outputs.get("route", {}).get("next") == "retrieval"]
@@ -375,7 +369,7 @@ class TestBounds:
             decisions[0]["problem"] == "the action_input only repeated an action or source name: the question "
             "is searched"
         )
-        assert result.answer == "180 euros" and result.stop_reason == STOP_ANSWERED
+        assert result.answer == "180 euros" and result.stop_reason == StopReason.ANSWERED
 
     def test_a_stop_after_malformed_answers_says_why_and_the_retry_was_told_what_was_wrong(self, settings):
         llm = ScriptedChatGenerator(
@@ -393,7 +387,7 @@ class TestBounds:
             default="Short summary.",
         )
         result = _run(settings, llm)
-        assert result.stop_reason == STOP_MALFORMED_ACTION and _retrievals(result) == [(MAIN, "hotel")]
+        assert result.stop_reason == StopReason.MALFORMED_ACTION and _retrievals(result) == [(MAIN, "hotel")]
         assert result.answer_source == "extracted"  # the passage found is quoted, marked as such
         prompts = [c["prompt"] for c in _calls(llm, AGENT)]
         assert len(prompts) == 3 and "rejected" not in prompts[1]
@@ -412,7 +406,7 @@ class TestBounds:
             default="Short summary.",
         )
         result = _run(settings, llm, max_reviews=0)
-        assert result.answer == "180 euros" and result.stop_reason == STOP_ANSWERED
+        assert result.answer == "180 euros" and result.stop_reason == StopReason.ANSWERED
 
     def test_options_are_bounded_by_the_server_ceilings(self, settings):
         runtime = _runtime(settings, ScriptedChatGenerator())
@@ -624,7 +618,7 @@ class TestWebSource:
         assert [source for source, _ in _retrievals(result)] == [MAIN, WEB]
         web_citations = [c for c in result.citations if c.source == "web"]
         assert web_citations and "1962" in web_citations[0].snippet
-        assert result.answer == "1962" and result.stop_reason == STOP_REVIEW_PASSED
+        assert result.answer == "1962" and result.stop_reason == StopReason.REVIEW_PASSED
 
     def test_the_pages_of_web_results_are_read_and_their_best_chunk_is_the_observation(self, settings, search_server):
         answer = "The Zephyr footbridge over the Tall river was designed by the engineer Marta Lindqvist."
