@@ -270,7 +270,7 @@ class TestATRAGRoundTrip:
         inputs = {"as_of": "2020-06-01T00:00:00Z", "patient_id": "p1"}
         first, second = (s.run("HbA1c since 2018?", ALICE, **inputs) for s in (original, again))
         assert (second.answer, second.stop_reason) == (first.answer, first.stop_reason) == (
-            "HbA1c was 6.1 %.", atrag.STOP_ACCEPTED)
+            "HbA1c was 6.1 %.", atrag.StopReason.ACCEPTED)
         assert [c.document_id for c in second.citations] == ["a1c-2018", "a1c-2019"]
         assert second.citations[1].record["value"] == 6.1
         assert _shape(second) == _shape(first)
