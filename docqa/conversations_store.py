@@ -3,8 +3,8 @@
 A conversation belongs to one user of one tenant. Everyone else, another user of the same tenant included, is
 told it does not exist (`ConversationError` with reason "not_found"), so it can be neither read nor continued.
 Each turn keeps the question as asked, the standalone question it was answered as, the answer with its
-citations and its audit trace id. A follow-up is rewritten (`docqa.conversation.standalone_question`) from the
-stored questions, never from anything the client sends.
+citations and its audit trace id. A follow-up is rewritten (`docqa.followups`) from the
+stored questions and answers, never from anything the client sends.
 
 Retention: with `DOCQA_CONVERSATION_RETENTION_DAYS` > 0, a conversation untouched for longer is gone: reads skip
 it at once and `docqa conversations purge` (or the next listing) deletes it.

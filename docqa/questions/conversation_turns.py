@@ -1,5 +1,5 @@
 """Questions asked in one of the asker's stored conversations: the follow-up rewritten against its stored
-questions before the run, the answered turn stored after it.
+questions and answers before the run (`docqa.followups`), the answered turn stored after it.
 
 A conversation belongs to (tenant, user): another user's conversation, in the same tenant or not, is
 `ConversationNotFoundError` exactly like a missing one, raised before any work.
@@ -12,18 +12,19 @@ Usage:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy.orm import sessionmaker
 
-from docqa.conversation import Rewrite, standalone_question
 from docqa.conversations_store import (
     ConversationError,
     append_turn,
     load_conversation,
-    previous_questions,
     start_conversation,
+    turns_of,
 )
+from docqa.followups import Rewrite, rewrite_with_settings
 from docqa.questions.errors import ConversationNotFoundError
 from docqa.questions.question import Asker
 from docqa.result import PipelineResult
@@ -35,7 +36,7 @@ NEW = "new"
 
 
 def rewrite_in_conversation(sessions: sessionmaker, settings: Settings, asker: Asker, conversation_id: str,
-                            question: str) -> Rewrite | None:
+                            question: str, chat_generator_of: Callable[[str], Any] | None = None) -> Rewrite | None:
     """The question rewritten against the asker's stored conversation; None when it has no earlier turn.
 
     :raises ConversationNotFoundError: the conversation is not the asker's (or no longer exists).
@@ -48,14 +49,21 @@ def rewrite_in_conversation(sessions: sessionmaker, settings: Settings, asker: A
                                              settings.conversation_retention_days)
         except ConversationError:
             raise ConversationNotFoundError() from None
-        history = previous_questions(session, conversation)
-    return standalone_question([*history, question]) if history else None
+        history = [message for turn in turns_of(session, conversation)
+                   for message in ({"role": "user", "content": turn.question},
+                                   {"role": "assistant", "content": turn.answer})]
+    return rewrite_against(history, question, settings, chat_generator_of)
 
 
-def rewrite_against(history: Sequence[str], question: str) -> Rewrite | None:
-    """The question rewritten against earlier turns the caller sent itself; None without any earlier turn."""
-    turns = [turn for turn in [*history, question] if turn.strip()]
-    return standalone_question(turns) if len(turns) > 1 else None
+def rewrite_against(history: Sequence[str | Mapping[str, str]], question: str, settings: Settings | None = None,
+                    chat_generator_of: Callable[[str], Any] | None = None) -> Rewrite | None:
+    """The question rewritten against earlier turns (user questions as text, or `{"role", "content"}` messages
+    with the answers); None without any earlier user turn."""
+    messages = [turn if isinstance(turn, Mapping) else {"role": "user", "content": turn} for turn in history]
+    messages = [m for m in messages if (m.get("content") or "").strip()]
+    if not any(m.get("role") == "user" for m in messages) or not question.strip():
+        return None
+    return rewrite_with_settings([*messages, {"role": "user", "content": question}], settings, chat_generator_of)
 
 
 def store_turn(sessions: sessionmaker, asker: Asker, conversation_id: str, asked: str,

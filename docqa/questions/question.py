@@ -36,8 +36,9 @@ class Ask:
     :param inputs: runtime inputs of the strategy's run (`as_of`, `patient_id`, `record_offset`).
     :param conversation_id: one of the asker's stored conversations, or `new` to start one; the question is
         rewritten against its stored questions and the answer is stored as its next turn.
-    :param history: earlier user turns given by the caller itself (an OpenAI chat's messages), oldest first;
-        ignored with `conversation_id`, whose stored turns are the history.
+    :param history: earlier turns given by the caller itself (an OpenAI chat's messages), oldest first: user
+        questions as text, or `{"role": "user" | "assistant", "content": ...}` messages (answers too, which a
+        follow-up may refer to); ignored with `conversation_id`, whose stored turns are the history.
     :param filters: a metadata filter narrowing retrieval further; always combined with the asker's access
         filter, never a replacement for it.
     :param channel: the entry point, when it should be recorded with how the strategy was selected (`mcp`).
@@ -48,7 +49,7 @@ class Ask:
     options: Mapping[str, Any] | StrategyOptions = field(default_factory=dict)
     inputs: Mapping[str, Any] = field(default_factory=dict)
     conversation_id: str | None = None
-    history: Sequence[str] = ()
+    history: Sequence[str | Mapping[str, str]] = ()
     filters: dict[str, Any] | None = None
     channel: str | None = None
 

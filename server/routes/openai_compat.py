@@ -1,5 +1,5 @@
 """OpenAI-compatible endpoints: every pipeline (and `auto`) is a model; the conversation's last user message,
-rewritten into a standalone question against the earlier ones (`docqa.conversation`), is the question.
+rewritten into a standalone question against the earlier ones (`docqa.followups`), is the question.
 
 Any OpenAI client works: `OpenAI(base_url="http://host:8000/v1", api_key=KEY).chat.completions.create(
 model="standard", messages=[{"role": "user", "content": "..."}])`. The answer's citations and trace id are in
@@ -102,18 +102,20 @@ def question_from(messages: list[ChatMessageIn]) -> str:
 
 
 def ask_of(body: ChatCompletionRequest) -> Ask:
-    """The question of a chat request: its last user message, with the earlier user messages as the history it
-    is rewritten against (the stored conversation's questions instead, when it names one).
+    """The question of a chat request: its last user message, with the earlier user and assistant messages as the
+    history it is rewritten against (the stored conversation's turns instead, when it names one).
 
     The history is the caller's own request, read with the caller's scope like the question itself.
     """
     question = question_from(body.messages)  # 422 without any user message
-    users = [message for message in body.messages if message.role == "user"]
+    last = max(i for i, message in enumerate(body.messages) if message.role == "user")
     # Sampling parameters are ignored; a strategy's runtime inputs (as_of, patient_id) ride as extra body fields.
     extra = body.model_extra or {}
     return Ask(question, strategy=body.model, inputs={name: extra[name] for name in RUN_INPUTS
                                                       if extra.get(name) is not None},
-               conversation_id=body.conversation_id, history=[_text_of(m.content) for m in users[:-1]])
+               conversation_id=body.conversation_id,
+               history=[{"role": m.role, "content": _text_of(m.content)} for m in body.messages[:last]
+                        if m.role in ("user", "assistant")])
 
 
 def _docqa_extra(answer: Answer) -> dict[str, Any]:

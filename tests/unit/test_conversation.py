@@ -15,12 +15,12 @@ from tests.support.server_app import auth, build_test_app
 
 @pytest.mark.parametrize("turns,question,method", [
     (["Where is Halcyon headquartered?", "and when was it founded?"], "When was Halcyon founded?",
-     "pronoun_replaced"),
-    (["Who founded Acme Corp?", "What are its products?"], "What are Acme Corp's products?", "pronoun_replaced"),
+     "referent_replaced"),
+    (["Who founded Acme Corp?", "What are its products?"], "What are Acme Corp's products?", "referent_replaced"),
     (["Where is Halcyon headquartered?", "what about Globex?"], "Where is Globex headquartered?", "subject_swapped"),
     # The subject carries through several turns.
     (["Where is Halcyon headquartered?", "what about Globex?", "and when was it founded?"],
-     "When was Globex founded?", "pronoun_replaced"),
+     "When was Globex founded?", "referent_replaced"),
     (["What is the hotel limit in major cities?", "and for meals?"],
      "For meals? (regarding: What is the hotel limit in major cities)", "previous_question_as_context"),
     (["Where is Halcyon headquartered?", "What is the mileage rate per kilometre?"],
@@ -30,7 +30,8 @@ from tests.support.server_app import auth, build_test_app
 def test_standalone_questions(turns, question, method):
     rewrite = standalone_question(turns)
     assert (rewrite.question, rewrite.method) == (question, method)
-    assert rewrite.original == turns[-1] and rewrite.history == turns[:-1]
+    assert rewrite.original == turns[-1]
+    assert rewrite.to_step().inputs["previous_questions"] == turns[:-1]
 
 
 def test_a_conversation_needs_a_question():
@@ -69,7 +70,9 @@ def test_the_follow_up_is_answered_as_a_standalone_question_and_the_rewrite_is_t
     first = trace["steps"][0]
     assert (first["kind"], first["name"]) == ("rewrite", "conversation_rewrite")
     assert first["inputs"] == {"question": "and when was it founded?",
-                               "previous_questions": ["Where is Halcyon headquartered?"]}
+                               "previous_questions": ["Where is Halcyon headquartered?"],
+                               "history": [{"role": "user", "content": "Where is Halcyon headquartered?"},
+                                           {"role": "assistant", "content": "In Oslo."}]}
     assert first["outputs"]["question"] == "When was Halcyon founded?"
     assert [s["kind"] for s in trace["steps"]] == ["rewrite", "generation", "prompt", "generation", "parse",
                                                    "grounding"]
