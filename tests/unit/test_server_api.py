@@ -129,7 +129,7 @@ class TestQuery:
         assert body["pipeline"] == "no_retrieval"
         assert body["trace_id"]
         assert body["selection"] == {"mode": "explicit", "pipeline": "no_retrieval"}
-        assert [s["kind"] for s in body["steps"]] == ["generation", "grounding"]
+        assert [s["kind"] for s in body["steps"]] == ["generation", "prompt", "generation", "parse", "grounding"]
         assert "What is the capital of France?" in llm.calls[0]["prompt"]
 
     def test_question_too_long_is_422(self, server):
@@ -160,10 +160,12 @@ class TestQuery:
             assert r.status_code == 200
             assert r.headers["content-type"].startswith("text/event-stream")
             events = parse_sse(r.iter_lines())
-        assert [name for name, _ in events] == ["selection", "step", "step", "result"]
-        assert [events[1][1]["kind"], events[2][1]["kind"]] == ["generation", "grounding"]
-        assert events[3][1]["answer"] == "Paris is the capital."
-        assert events[3][1]["trace_id"]
+        # A step is sent when it finishes: the generator's prompt, model call and parser before the generator.
+        assert [name for name, _ in events] == ["selection", "step", "step", "step", "step", "step", "result"]
+        assert [event["kind"] for _, event in events[1:6]] == ["prompt", "generation", "parse", "generation",
+                                                               "grounding"]
+        assert events[6][1]["answer"] == "Paris is the capital."
+        assert events[6][1]["trace_id"]
 
     def test_llm_failure_is_reported_as_a_stream_error_event(self, tmp_path):
         def fail(_prompt: str) -> str:
@@ -278,7 +280,7 @@ class TestTraces:
         trace = client.get(f"/v1/traces/{trace_id}", headers=auditor).json()
         assert trace["asked_by"] == "alice"
         assert trace["config"]["selection"] == {"mode": "explicit", "pipeline": "no_retrieval"}
-        assert [s["kind"] for s in trace["steps"]] == ["generation", "grounding"]
+        assert [s["kind"] for s in trace["steps"]] == ["generation", "prompt", "generation", "parse", "grounding"]
 
     def test_other_tenant_trace_is_404_and_invisible(self, server):
         client, keys = server
@@ -334,7 +336,8 @@ class TestOpenAICompatible:
         }) as r:
             raw = list(r.iter_lines())
         # One SSE comment per finished step keeps the connection visibly alive; clients skip comments.
-        assert [line for line in raw if line.startswith(":")] == [": step 0 generation", ": step 1 grounding"]
+        assert [line for line in raw if line.startswith(":")] == [
+            ": step 1 prompt", ": step 2 generation", ": step 3 parse", ": step 0 generation", ": step 4 grounding"]
         lines = [line for line in raw if line.startswith("data: ")]
         assert lines[-1] == "data: [DONE]"
         chunks = [json.loads(line[6:]) for line in lines[:-1]]
