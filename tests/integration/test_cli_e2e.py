@@ -61,18 +61,20 @@ def test_ingest_then_ask_standard_and_no_retrieval(local_llm_settings, hotpot_sl
         result = json.loads(proc.stdout)
         assert result["pipeline"] == "standard"
         assert isinstance(result["answer"], str)
-        assert [s["kind"] for s in result["steps"]] == ["retrieval", "generation", "grounding"]
+        assert [s["kind"] for s in result["steps"]] == ["retrieval", "generation", "prompt", "generation", "parse",
+                                                        "grounding"]
         retrieved = [d["id"] for d in result["steps"][0]["outputs"]["documents"]]
         assert 1 <= len(retrieved) <= 5
         assert {c["document_id"] for c in result["citations"]} <= set(retrieved)
         # Named below the folder that was ingested, not by the absolute path.
         assert all((folder / c["source"]).is_file() and "/" not in c["source"] for c in result["citations"])
-        generation = result["steps"][1]
-        assert generation["llm"]["calls"] == 1
+        generation = result["steps"][3]  # the cited answer generator's model call
+        assert generation["name"] == "answer_llm" and generation["llm"]["calls"] == 1
         assert generation["outputs"]["llm_calls"][0]["prompt"].count("\n[") >= 1
         assert result["totals"]["llm_calls"] == 1 and result["totals"]["total_tokens"] > 0
 
     plain = _cli(local_llm_settings, "ask", questions[0].question, "--pipeline", "no_retrieval", "--json")
     assert plain.returncode == 0, plain.stderr
     result = json.loads(plain.stdout)
-    assert result["citations"] == [] and [s["kind"] for s in result["steps"]] == ["generation", "grounding"]
+    assert result["citations"] == [] and [s["kind"] for s in result["steps"]] == [
+        "generation", "prompt", "generation", "parse", "grounding"]

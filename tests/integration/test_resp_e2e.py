@@ -70,8 +70,9 @@ def test_terminates_within_m_and_writes_every_step(runtime: Runtime, sample: tup
         assert {d["id"] for s in retrievals for d in s.outputs["documents"]} <= known_ids
         queries = [s.inputs["query"] for s in retrievals]
         assert len(queries) == len(set(queries))
-        # The controller's `control` steps sit between the work; the work starts with a retrieval.
-        kinds = [s.kind for s in result.steps if s.kind != "control"]
+        # The controller's `control` steps sit between the work; the work starts with a retrieval. (The prompt,
+        # model call and parser of an LLM step are child steps of its node's step.)
+        kinds = [s.kind for s in result.steps if s.kind != "control" and s.parent is None]
         # The grounding check is the graph's last node; when it found the model's reply empty or an echo, an
         # extractive `fallback` step follows it and the answer is labelled as extracted.
         if kinds[-1] == "fallback":
