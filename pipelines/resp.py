@@ -81,14 +81,12 @@ def build_resp_graph(retriever: Any, summarizer: DualFunctionSummarizer, judge: 
     """The ReSP graph (see the module docstring); its loop is bounded by the controller's runs per question."""
     controller = ReSPController(max_iterations=max_iterations)
     pipeline = Pipeline(max_runs_per_component=controller.runs_per_question())
-    pipeline.add_component("resp_controller", controller)
     # The controller cannot feed itself: its state comes back through a joiner, the usual Haystack loop entry.
-    pipeline.add_component("loop_state", BranchJoiner(ReSPLoopState))
-    pipeline.add_component("hybrid_retriever", retriever)
-    pipeline.add_component("dual_function_summarizer", summarizer)
-    pipeline.add_component("resp_judge", judge)
-    pipeline.add_component("resp_planner", planner)
-    pipeline.add_component("memory_answer_generator", generator)
+    nodes = {"resp_controller": controller, "loop_state": BranchJoiner(ReSPLoopState), "hybrid_retriever": retriever,
+             "dual_function_summarizer": summarizer, "resp_judge": judge, "resp_planner": planner,
+             "memory_answer_generator": generator}
+    for name, instance in nodes.items():
+        pipeline.add_component(name, instance)
     for sender, receiver in (
         ("resp_controller.state", "loop_state.value"),
         ("loop_state.value", "resp_controller.state"),
