@@ -99,15 +99,20 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _run_question(settings: Settings, runtime: Any, pipeline_name: str, question: str, scope: AccessScope,
-                  asked_by: str, options: dict[str, Any], run_options: dict[str, Any] | None = None) -> Any:
-    """One question through the question service (as the HTTP API asks it); Ctrl-C leaves a cancelled trace."""
+                  asked_by: str, options: dict[str, Any], run_options: dict[str, Any] | None = None,
+                  conversation: str | None = None) -> Any:
+    """One question through the question service (as the HTTP API asks it); Ctrl-C leaves a cancelled trace.
+
+    :param conversation: a stored conversation of `asked_by` to ask in ("new" starts one).
+    :returns: the service's `Answer` (its `result`, and the `conversation_id` the turn was stored in)."""
     from docqa.questions import Ask, Asker, QuestionService
     from docqa.step_tracer import enable_step_tracing
 
     enable_step_tracing(settings)
     _load_strategy_files(settings)
-    ask = Ask(question, strategy=pipeline_name, options=options, inputs=run_options or {})
-    return QuestionService(runtime).answer(ask, Asker(scope, asked_by=asked_by)).result
+    ask = Ask(question, strategy=pipeline_name, options=options, inputs=run_options or {},
+              conversation_id=conversation)
+    return QuestionService(runtime).answer(ask, Asker(scope, asked_by=asked_by))
 
 
 def _print_result(result: Any, as_json: bool) -> None:
@@ -167,11 +172,15 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
                                                    ("record_offset", args.record_offset)) if value is not None}
     announce_embedding_export(settings)
     with Spinner(f"answering with {args.pipeline}"):
-        result = _run_question(
+        answer = _run_question(
             settings, _runtime(settings), args.pipeline, args.question, _scope(settings, args),
-            asked_by=args.asked_by, options=options, run_options=run_options,
+            asked_by=args.asked_by, options=options, run_options=run_options, conversation=args.conversation,
         )
-    _print_result(result, args.json)
+    _print_result(answer.result, args.json)
+    if args.conversation is not None:
+        stored = answer.conversation_id
+        print(f"conversation {stored} (continue with --conversation {stored} --asked-by {args.asked_by})" if stored
+              else "note: the turn was not stored in the conversation", file=sys.stderr)
     return 0
 
 
@@ -190,7 +199,8 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     print(f"\nQuestion: {question}\n")
     scope = AccessScope(tenant=settings.tenant)
     with Spinner(f"answering with {args.pipeline}"):
-        result = _run_question(settings, runtime, args.pipeline, question, scope, asked_by="cli-demo", options={})
+        result = _run_question(settings, runtime, args.pipeline, question, scope, asked_by="cli-demo",
+                               options={}).result
     _print_result(result, args.json)
     return 0
 
@@ -335,7 +345,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, dest="top_k")
     p.add_argument("--tenant")
     p.add_argument("--principal", action="append", help="principal (user or group) to read as (repeatable)")
-    p.add_argument("--asked-by", default="cli", dest="asked_by", help="who is asking, for the audit trail")
+    p.add_argument("--asked-by", default="cli", dest="asked_by",
+                   help="who is asking, for the audit trail (and whose stored conversations --conversation reads)")
+    p.add_argument("--conversation", metavar="ID",
+                   help="ask in a stored conversation of --asked-by: a follow-up is rewritten against its earlier "
+                        "questions and answers ('new' starts one; its id is printed)")
     p.add_argument("--as-of", dest="as_of", help="reference date for time-scoped questions (atrag; default: now)")
     p.add_argument("--patient", help="patient id the question is about (atrag)")
     p.add_argument("--record-offset", type=int, dest="record_offset",

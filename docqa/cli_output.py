@@ -55,13 +55,12 @@ def quiet_third_party(verbose: bool) -> None:
     # Deprecations raised at docqa's call into a library (torch.onnx.export) are for developers, not users.
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
-    own = _OwnRecordsOnly()
     root = logging.getLogger()
-    if not root.handlers:
-        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    if root.handlers:
+        return  # a host (a test runner, an application embedding docqa) owns logging: its handlers stay as they are
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     for handler in root.handlers:
-        if not any(isinstance(f, _OwnRecordsOnly) for f in handler.filters):
-            handler.addFilter(own)
+        handler.addFilter(_OwnRecordsOnly())
 
 
 def embedding_export_pending(settings: Any) -> bool:

@@ -27,20 +27,29 @@ def restored_logging_and_warnings():
         handler.filters[:] = kept
 
 
-def test_third_party_records_and_warnings_are_hidden_docqa_ones_kept(restored_logging_and_warnings) -> None:
+def test_third_party_records_and_warnings_are_hidden_docqa_ones_kept(restored_logging_and_warnings,
+                                                                     monkeypatch) -> None:
     stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    logging.getLogger().addHandler(handler)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # as in a fresh CLI process
+    monkeypatch.setattr(sys, "stderr", stream)
     quiet_third_party(verbose=False)
     logging.getLogger("haystack.components.generators").warning("raise max_tokens to get longer answers")
     logging.getLogger("onnxruntime.quantization").warning("please run pre-processing before quantization")
     logging.getLogger("docqa.embedding").warning("the store was embedded by another model")
     logging.getLogger("httpx").error("connection refused")
-    assert stream.getvalue().splitlines() == ["the store was embedded by another model", "connection refused"]
+    assert stream.getvalue().splitlines() == ["WARNING the store was embedded by another model",
+                                              "ERROR connection refused"]
     with warnings.catch_warnings(record=True) as caught:
         quiet_third_party(verbose=False)
         warnings.warn_explicit("Converting a tensor to a Python boolean", UserWarning, "x.py", 1, module="torch.jit")
     assert caught == []
+
+
+def test_a_host_owns_its_logging_handlers(restored_logging_and_warnings) -> None:
+    handler = logging.StreamHandler(io.StringIO())
+    logging.getLogger().addHandler(handler)
+    quiet_third_party(verbose=False)
+    assert handler.filters == []
 
 
 def test_verbose_shows_everything(restored_logging_and_warnings) -> None:
