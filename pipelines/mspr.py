@@ -11,6 +11,11 @@ controller routes on what just happened:
                      |-> reviewer (CAR) ----------------------------------------------------> joiner
                      `-> answer, cited_documents, stop_reason        joiner -> controller.state
 
+The retriever is a `SuperComponent` (`MultiSourceRetriever`): a `ConditionalRouter` on the source sends the query
+to the collection retriever (the access filters AND the collection, then the hybrid retriever's parts), to the
+web source's search and page reader, or to the unconfigured source's error; each part is its own span and step.
+The phases the controller routes on are `Phase`, its stop reasons `StopReason`.
+
 Sources come from DOCQA_MSPR_SOURCES (`collection:NAME`, `web`, `web:serperdev`, `web:searchapi`), in order of
 preference; the caller may pick and order a subset (`sources` option). Collections are read through the
 caller's access filters AND'ed with the collection; web results (`web`: the SearXNG-compatible
