@@ -238,7 +238,10 @@ class QuestionService:
         built = self.pipelines.get(question.strategy, question.options)
         run = AuditedRun(
             built.pipeline, question.text, asker.scope, asker.asked_by, self.settings, filters=question.filters,
-            run_options=question.run_inputs, control=control, run_data={"selection": dict(question.selection)},
+            run_options=question.run_inputs, control=control, run_data={"selection": dict(question.selection),
+                                                      # who the question was asked as: CLI and eval askers are
+                                                      # no users, so "who could read this?" asks about these
+                                                      "asked_as": asker.scope.effective_principals},
             leading_steps=question.leading_steps(), strategy_hash=built.config_hash,
         )
         with ExitStack() as listening:

@@ -85,8 +85,8 @@ async function askAccess() {
 }
 
 /** From a trace's citation: could the asker read the cited chunk when they asked? */
-export function checkCitationAccess(askedBy, documentId, askedAt) {
-  /** @type {HTMLInputElement} */ (byId("access-principal")).value = `user:${askedBy}`;
+export function checkCitationAccess(principal, documentId, askedAt) {
+  /** @type {HTMLInputElement} */ (byId("access-principal")).value = principal;
   /** @type {HTMLInputElement} */ (byId("access-document")).value = documentId;
   /** @type {HTMLInputElement} */ (byId("access-at")).value = askedAt;
   byId("access-form").scrollIntoView();

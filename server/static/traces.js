@@ -63,6 +63,15 @@ function llmCall(call, index) {
     block("Response", String(call.response ?? "")));
 }
 
+/** Whom "who could read this?" asks about: the asking user, else (a CLI or eval trace, whose asker is no user) the
+ * first principal the question was asked as (`config.asked_as`, recorded with every trace). */
+function accessPrincipal(trace) {
+  const askedAs = Array.isArray((trace.config || {}).asked_as) ? trace.config.asked_as : [];
+  const user = `user:${trace.asked_by}`;
+  if (!askedAs.length || askedAs.includes(user)) return user;
+  return askedAs.find((p) => /^(user|group):/.test(p)) || user;
+}
+
 function isStart(value) {
   return typeof value === "number" && Number.isFinite(value) && value > 0;
 }
@@ -123,6 +132,8 @@ async function openTrace(traceId) {
   clear(fields);
   const totals = trace.totals || {};
   field(fields, "Asked by", `${trace.asked_by} (${trace.tenant})`);
+  const askedAs = (trace.config || {}).asked_as;
+  if (Array.isArray(askedAs)) field(fields, "Asked as", askedAs.join(", "));
   field(fields, "Asked at", trace.asked_at);
   field(fields, "Question", trace.question);
   field(fields, "Pipeline", trace.pipeline);
@@ -144,7 +155,7 @@ async function openTrace(traceId) {
   for (const citation of trace.citations || []) {
     // Links the citation to the access events of its document: could the asker read it when they asked?
     const access = el("button", { text: "Who could read this?", attrs: { type: "button", "data-citation-access": "" } });
-    access.addEventListener("click", () => checkCitationAccess(trace.asked_by, citation.document_id, trace.asked_at));
+    access.addEventListener("click", () => checkCitationAccess(accessPrincipal(trace), citation.document_id, trace.asked_at));
     citations.append(el("li", {}, el("div", { className: "source", text: citation.source || citation.document_id }),
       el("blockquote", { className: "snippet", text: citation.snippet || "" }), access));
   }

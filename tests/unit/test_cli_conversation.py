@@ -19,7 +19,7 @@ def test_a_follow_up_in_a_stored_conversation(tmp_path, monkeypatch, capsys) -> 
                                        (r"Project Halcyon", "Dana Whitlock leads it.")], default="I do not know.")
     monkeypatch.setattr(cli, "_runtime", lambda settings: Runtime(settings, chat_generator_factory=lambda role: llm))
 
-    ask = ["ask", "--pipeline", "no_retrieval", "--asked-by", "alice", "--json"]
+    ask = ["ask", "--pipeline", "no_retrieval", "--asked-by", "alice", "--json", "--principal", "group:hr"]
     assert cli.main([*ask, "Who leads Project Halcyon?", "--conversation", "new"]) == 0
     first = capsys.readouterr()
     conversation = first.err.split("conversation ", 1)[1].split()[0]
@@ -30,6 +30,8 @@ def test_a_follow_up_in_a_stored_conversation(tmp_path, monkeypatch, capsys) -> 
     assert second["question"] == "Where did Dana Whitlock work before?"
     assert second["steps"][0]["kind"] == "rewrite"
     assert second["steps"][0]["outputs"]["method"] == "referent_replaced"
+    # The trace records who the question was asked as: "who could read this?" is answerable for a CLI asker.
+    assert second["config"]["asked_as"] == ["everyone", "group:hr"]
 
     # Another asker's conversation is not found: the CLI says so and stops.
     assert cli.main(["ask", "--pipeline", "no_retrieval", "--asked-by", "bob", "and her team?",
