@@ -74,6 +74,7 @@ class PromptedLLM(SuperComponent):
         max_tokens: int | None = None,
         output: Output = "text",
         schema: dict[str, Any] | None = None,
+        schema_name: str = "output",
         purpose: str = "text",
         llm_kind: str = LLM_KIND,
         init_parameters: Mapping[str, Any] | None = None,
@@ -90,6 +91,7 @@ class PromptedLLM(SuperComponent):
         :param max_tokens: completion token cap of the call.
         :param output: the reply's constraint ("text", "yes_no" or "json").
         :param schema: the JSON schema of a "json" reply.
+        :param schema_name: the schema's name as sent to the endpoint.
         :param purpose: what the call is for, recorded with it; the inner nodes are named after it
             (`<purpose>_prompt`, `<purpose>_llm`, `<purpose>_parser`), so a trace says which step they serve.
         :param llm_kind: the step kind of the model call ("generation" when its reply is the answer).
@@ -106,7 +108,7 @@ class PromptedLLM(SuperComponent):
         pipeline.add_component(prompt_node, ChatPromptBuilder(template=[ChatMessage.from_user(template)],
                                                               variables=list(variables), required_variables=required))
         pipeline.add_component(llm_node, ConstrainedGeneration(chat_generator, max_tokens=max_tokens, output=output,
-                                                          schema=schema, purpose=purpose))
+                                                          schema=schema, schema_name=schema_name, purpose=purpose))
         pipeline.add_component(parser_node, parser)
         pipeline.connect(f"{prompt_node}.prompt", f"{llm_node}.prompt")
         pipeline.connect(f"{llm_node}.replies", f"{parser_node}.replies")
