@@ -38,7 +38,7 @@ class StepProgress:
     def __init__(self, ctx: Any) -> None:
         self._ctx = ctx
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[Step | None] = asyncio.Queue(_MAX_PENDING)
+        self._queue: asyncio.Queue[Step | None] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
         self.sent = 0
 
@@ -51,8 +51,10 @@ class StepProgress:
                         tb: TracebackType | None) -> None:
         assert self._sender is not None
         if exc_type is None:
-            # Every step of a finished run is announced before its result.
-            await self._queue.put(None)
+            # Every step of a finished run is announced before its result: the end is queued behind the steps
+            # the run's thread handed over (callbacks run in the order they were scheduled).
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._enqueue, None)
             await self._sender
         else:
             self._sender.cancel()
@@ -63,10 +65,13 @@ class StepProgress:
             return
         self._loop.call_soon_threadsafe(self._enqueue, step)
 
-    def _enqueue(self, step: Step) -> None:
-        try:
+    def _enqueue(self, step: Step | None) -> None:
+        if step is None:
+            # The end always gets through: the queue is unbounded, its bound is checked here for steps only.
+            self._queue.put_nowait(None)
+        elif self._queue.qsize() < _MAX_PENDING:
             self._queue.put_nowait(step)
-        except asyncio.QueueFull:
+        else:
             logger.debug("progress queue full; step %s not announced", step.name)
 
     async def _send_all(self) -> None:

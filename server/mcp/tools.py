@@ -19,12 +19,15 @@ from pydantic import BaseModel, Field
 
 from docqa.access import COLLECTION_FIELD, DEFAULT_COLLECTION, collection_filter, restrict
 from docqa.accounts.identity import Caller
+from docqa.audit.events import PASSAGE_READ, PASSAGES_SEARCHED
 from docqa.audit.scrub import mask_secrets
 from docqa.pipelines.base import validate_question
 from docqa.pipelines.registry import available_pipelines
 from docqa.questions import AUTO, Ask, Asker
 from docqa.result import PipelineResult
+from docqa.server.api_errors import ApiError
 from docqa.server.context import ServerContext
+from docqa.server.mcp.access_events import record_read
 from docqa.server.mcp.errors import tool_error, tool_errors
 from docqa.server.mcp.progress import StepProgress
 from docqa.server.routes.passages import PassageContext, passage_context
@@ -111,6 +114,8 @@ class DocqaTools:
         self.caller_of = caller_of
         self._retriever: Any = None
         self._retriever_lock = threading.Lock()
+        # The strategies' option schemas, built once per set of registered strategies.
+        self._strategies: tuple[tuple[str, ...], StrategyList] | None = None
 
     def register(self, server: MCPServer) -> None:
         read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
@@ -180,7 +185,10 @@ class DocqaTools:
                                                    timeout=settings.query_timeout_s)
             except TimeoutError:
                 raise tool_error("timeout", f"the search took longer than {settings.query_timeout_s:g} s") from None
-        return SearchResult(passages=[_passage(doc) for doc in documents])
+        found = SearchResult(passages=[_passage(doc) for doc in documents])
+        await record_read(settings, caller, PASSAGES_SEARCHED, f"collection:{collection or '*'}", {
+            "query": cleaned, "top_k": top_k, "chunk_ids": [p.chunk_id for p in found.passages]})
+        return found
 
     def _retrieve(self, query: str, top_k: int, filters: dict[str, Any]) -> list[Any]:
         with self._retriever_lock:
@@ -195,16 +203,28 @@ class DocqaTools:
             "A passage id: a citation's `chunk_id` from `ask`, or a `search` result's."))],
         ctx: Context,
     ) -> PassageContext:
+        settings = self.context.settings
         with tool_errors():
             caller = self.caller_of(ctx)
-            # The route's own function: the same store filters, so the same 404 for a passage the caller may not read.
-            return await asyncio.to_thread(passage_context, chunk_id, caller, self.context)
+            try:
+                # The route's own function: the same store filters, so the same 404 for a passage the caller may
+                # not read.
+                shown = await asyncio.to_thread(passage_context, chunk_id, caller, self.context)
+            except ApiError as refused:
+                await record_read(settings, caller, PASSAGE_READ, f"chunk:{chunk_id}", {"error": refused.code},
+                                  succeeded=False)
+                raise
+        neighbours = [p.id for p in (shown.previous, shown.next) if p is not None]
+        await record_read(settings, caller, PASSAGE_READ, f"chunk:{chunk_id}", {"neighbours": neighbours})
+        return shown
 
     async def list_strategies(self, ctx: Context) -> StrategyList:
         with tool_errors():
             self.caller_of(ctx)
-        specs = {spec.name: spec for spec in available_pipelines()}
-        strategies = [_strategy(AUTO, "Chooses a strategy for each question from its wording (the default).", None)]
-        strategies += [_strategy(name, specs[name].description, specs[name].options)
-                       for name in self.context.pipelines.names() if name in specs]
-        return StrategyList(strategies=strategies)
+        names = tuple(self.context.pipelines.names())
+        if self._strategies is None or self._strategies[0] != names:
+            specs = {spec.name: spec for spec in available_pipelines()}
+            listed = [_strategy(AUTO, "Chooses a strategy for each question from its wording (the default).", None)]
+            listed += [_strategy(name, specs[name].description, specs[name].options) for name in names if name in specs]
+            self._strategies = (names, StrategyList(strategies=listed))
+        return self._strategies[1]
