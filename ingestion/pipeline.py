@@ -337,7 +337,11 @@ def expand_labelled_paths(paths: Iterable[Path | str]) -> Iterator[tuple[Path, s
         if path.is_dir():
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                # The tables of a Synthea CSV export are patient records (`docqa records`), not documents.
+                records_export = "patients.csv" in files
                 for name in sorted(files):
+                    if records_export and name.lower().endswith(".csv"):
+                        continue
                     if not name.startswith(".") and is_supported(name):
                         found = Path(root) / name
                         yield found, found.relative_to(path).as_posix()
