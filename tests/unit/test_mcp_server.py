@@ -33,9 +33,16 @@ def rpc(method: str, **params: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 3, "method": method, "params": {**params, "_meta": META}}
 
 
-@pytest.fixture
-def app(tmp_path) -> Any:
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, str], ServerSettings]:
+    tmp_path = tmp_path_factory.mktemp("mcp")
     application, keys = build_test_app(tmp_path, ScriptedChatGenerator(default="Paris"))
+    return application, keys, ServerSettings(data_dir=tmp_path / "data")
+
+
+@pytest.fixture(scope="module")
+def app(built) -> Any:
+    application, keys, _settings = built
     with TestClient(application) as client:
         yield client, keys
 
@@ -151,9 +158,8 @@ class TestProgress:
 
 class TestStdioPrincipal:
     @pytest.fixture
-    def settings(self, tmp_path) -> ServerSettings:
-        _app, _keys = build_test_app(tmp_path, ScriptedChatGenerator(default="Paris"))
-        return ServerSettings(data_dir=tmp_path / "data")
+    def settings(self, built) -> ServerSettings:
+        return built[2]
 
     def test_a_user_principal_is_that_directory_user(self, settings):
         for principal in ("alice", "user:alice"):
