@@ -140,10 +140,12 @@ class QuestionService:
         if ask.conversation_id is not None:
             rewrite = rewrite_in_conversation(self.sessions, self.settings, asker, ask.conversation_id, asked,
                                               self.runtime.chat_generator)
-        else:
+        elif ask.history:
             history = [{**turn, "content": mask_secrets(turn.get("content") or "", self.settings)}
                        if isinstance(turn, Mapping) else mask_secrets(turn, self.settings) for turn in ask.history]
             rewrite = rewrite_against(history, asked, self.settings, self.runtime.chat_generator)
+        else:
+            rewrite = None
         text = validate_question(asked if rewrite is None else rewrite.question, self.settings.max_question_chars)
         strategy, selection = select_strategy(text, ask.strategy, self.strategies(), self.settings)
         if ask.channel is not None:
