@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 
 import anyio
 
@@ -75,7 +76,8 @@ def build_local_context(config: ServerSettings) -> ServerContext:
 
 
 def serve_stdio(config: ServerSettings, caller: Caller) -> None:
-    """Serve MCP on stdin/stdout until the client closes it; runs still going are then traced `cancelled`."""
+    """Serve MCP on stdin/stdout until the client closes it or sends SIGTERM; runs still going are then traced
+    `cancelled`."""
     context = build_local_context(config)
 
     def caller_of(_ctx: object) -> Caller:
@@ -84,10 +86,17 @@ def serve_stdio(config: ServerSettings, caller: Caller) -> None:
         return caller
 
     server = build_mcp_server(context, caller_of)
+    # An assistant ends its server with SIGTERM: leave through `finally`, so runs in progress are traced.
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         anyio.run(server.run_stdio_async)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         context.close()
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
