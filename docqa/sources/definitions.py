@@ -78,7 +78,7 @@ def check_config(source_type: str, config: dict[str, Any]) -> dict[str, Any]:
         "folder": {"path", "posix_groups"},
         "git": {"url", "branch"},
         "imap": {"host", "port", "user", "password_env", "folders", "tls"},
-        "website": {"url", *WEBSITE_DEFAULTS},
+        "website": {"url", "public_only", *WEBSITE_DEFAULTS},
     }[source_type]
     unknown = sorted(set(given) - allowed)
     if unknown:
@@ -246,11 +246,11 @@ def _find(session: Session, tenant: str, name: str) -> SyncSource | None:
 
 
 def check_remote_definition(settings: Settings, source_type: str, config: dict[str, Any],
-                            acl_map: str | None) -> None:
+                            acl_map: str | None) -> dict[str, Any]:
     """What an admin may name through the HTTP API, beyond what the CLI's operator may: local paths (folders,
     repositories, ACL maps) only under `DOCQA_SOURCES_ROOTS`, and hosts only on public addresses unless
     `DOCQA_WEB_FETCH_ALLOW_PRIVATE` (so a tenant's admin cannot make the server read its own files or network).
-    Raises `InvalidSourceError` naming what is refused."""
+    Returns the checked settings; raises `InvalidSourceError` naming what is refused."""
     config = check_config(source_type, config)
     local: list[str] = [acl_map] if acl_map else []
     hosts: list[str] = []
@@ -278,10 +278,13 @@ def check_remote_definition(settings: Settings, source_type: str, config: dict[s
             raise InvalidSourceError(f"{path} is not under a directory the API may name (DOCQA_SOURCES_ROOTS)")
     if not settings.web_fetch_allow_private:
         for host in hosts:
-            _check_public_host(host)
+            check_public_host(host)
+        if source_type == "website":  # checked again at every request of every sync (names can move)
+            config["public_only"] = True
+    return config
 
 
-def _check_public_host(host: str) -> None:
+def check_public_host(host: str) -> None:
     import ipaddress
     import socket
 

@@ -62,6 +62,8 @@ class _Site:
         self.max_bytes = config["max_page_bytes"]
         self.deadline = time.monotonic() + config["max_seconds"]
         self.client = httpx.Client(follow_redirects=False, headers={"User-Agent": _USER_AGENT})
+        # Defined through the API: the host must still resolve to public addresses at each request.
+        self.public_only = bool(config.get("public_only"))
 
     def in_scope(self, url: str, prefix: str) -> bool:
         parts = urlsplit(url)
@@ -80,6 +82,8 @@ class _Site:
                 raise httpx.ReadTimeout("the crawl's time is up")
             if not self.in_scope(url, ""):
                 raise _Refused(f"{url} is not on the configured host")
+            if self.public_only:
+                _check_public(urlsplit(url).hostname or "")
             with self.client.stream("GET", url, headers=headers or {}, timeout=min(remaining, 30.0)) as response:
                 if response.has_redirect_location:
                     url = urljoin(url, response.headers.get("location", ""))
@@ -89,6 +93,15 @@ class _Site:
                 body = read_bounded(response, max_bytes or self.max_bytes, self.deadline, "page")
                 return 200, body, response.headers, url
         raise _Refused(f"more than {MAX_REDIRECTS} redirects")
+
+
+def _check_public(host: str) -> None:
+    from docqa.sources.definitions import InvalidSourceError, check_public_host
+
+    try:
+        check_public_host(host)
+    except InvalidSourceError as exc:
+        raise _Refused(exc.message) from exc
 
 
 def list_website(config: dict[str, Any], known: Known) -> Listing:

@@ -60,7 +60,7 @@ def get_sources(caller: AdminCaller, context: ContextDep) -> list[dict[str, Any]
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Define a source (synced at its first run)")
 def create_source(body: SourceIn, caller: AdminCaller, context: ContextDep) -> dict[str, Any]:
     config = {key: getattr(body, key) for key in _CONFIG_FIELDS}
-    check_remote_definition(context.settings, body.type, config, body.acl_map)
+    config = check_remote_definition(context.settings, body.type, config, body.acl_map)
     return define_source(context.settings, name=body.name, type=body.type, tenant=caller.tenant, config=config,
                          allow=body.allow, acl_map=body.acl_map, collection=body.collection, every=body.every,
                          created_by=f"user:{caller.user_id}")

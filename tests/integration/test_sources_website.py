@@ -144,3 +144,12 @@ def test_unreachable_site_fails_and_keeps_documents(settings, site_root) -> None
     report = _sync(settings)
     assert report.status == "failed" and "connection refused" in report.error
     assert len(stored_by_document()) == 4
+
+
+def test_a_site_defined_through_the_api_is_refused_once_its_host_is_not_public(settings, site) -> None:
+    # What the API stores for a site whose host was public when it was defined: checked again at each request.
+    define_source(settings, name="moved", type="website", tenant="default",
+                  config={"url": site.url + "intranet/index.html", "public_only": True}, allow=["group:staff"])
+    report = _sync(settings, "moved")
+    assert report.status == "failed" and "non-public address" in report.error
+    assert _QuietHandler.requests == [] and stored_by_document() == {}
