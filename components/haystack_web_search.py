@@ -12,7 +12,9 @@ import importlib
 from typing import Any
 
 import httpx
-from haystack import ComponentError, Document, component, default_from_dict, default_to_dict
+from haystack import ComponentError, Document, Pipeline, component, default_from_dict, default_to_dict, super_component
+from haystack.core.errors import PipelineRuntimeError
+from haystack.core.super_component.super_component import _SuperComponent
 from haystack.utils import Secret
 
 from docqa.components.searxng_web_search import _document
@@ -37,6 +39,50 @@ def api_key_variable(provider: str) -> str:
 
 
 @component
+class ProviderResults:
+    """
+    Turns a Haystack web search component's documents (snippet as content, `title` and `link` in meta) into public
+    web documents (`meta.source = "web"`, `meta.public = True`, the page in `meta.url`, `meta.provider`).
+
+    Usage example:
+    ```python
+    ProviderResults(provider="serperdev", top_k=3).run(documents=serper_out["documents"])["documents"]
+    ```
+    """
+
+    def __init__(self, provider: str, top_k: int = 5) -> None:
+        """
+        :param provider: The provider's name, kept in `meta.provider`.
+        :param top_k: Results kept by default.
+        """
+        self.provider = provider
+        self.top_k = top_k
+
+    @component.output_types(documents=list[Document], error=str | None)
+    def run(self, documents: list[Document], top_k: int | None = None) -> dict[str, Any]:
+        """
+        :param documents: The provider's results, best first.
+        :param top_k: Results kept (the init `top_k` by default).
+        :returns: `documents` and `error` (None: the search answered).
+        """
+        found = []
+        for doc in documents:
+            web = _document({"url": doc.meta.get("link") or "", "title": doc.meta.get("title") or "",
+                             "content": doc.content or ""})
+            if web is not None:
+                web.meta["provider"] = self.provider
+                found.append(web)
+        return {"documents": found[: top_k or self.top_k], "error": None}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, provider=self.provider, top_k=self.top_k)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProviderResults:
+        return default_from_dict(cls, data)
+
+
+@super_component
 class HaystackWebSearch:
     """
     Runs one of Haystack's web search components and turns its documents (snippet as content, `title` and
@@ -44,6 +90,9 @@ class HaystackWebSearch:
     `meta.url`, `meta.provider` naming the provider). Like the SearXNG source it never raises for what the
     service does: a timeout, an HTTP error or a rejected key gives no documents and a one-line `error`. A
     missing key is a `ConfigurationError` when the component is built, naming the variable to set.
+
+    A `SuperComponent` (`search -> results`: the provider's component, then `ProviderResults`), so the provider's
+    call is its own span; its `run` turns the provider's failure into the `error`.
 
     Usage example:
     ```python
@@ -81,30 +130,35 @@ class HaystackWebSearch:
         module, name, _ = PROVIDERS[provider]
         search_class = getattr(importlib.import_module(module), name)
         self.search = search_class(api_key=self.api_key, top_k=top_k, search_params=dict(self.search_params))
+        pipeline = Pipeline()
+        pipeline.add_component("search", self.search)
+        pipeline.add_component("results", ProviderResults(provider, top_k))
+        pipeline.connect("search.documents", "results.documents")
+        self.pipeline = pipeline
+        self.input_mapping = {"query": ["search.query"], "top_k": ["results.top_k"]}
+        self.output_mapping = {"results.documents": "documents", "results.error": "error"}
 
-    @component.output_types(documents=list[Document], error=str | None)
-    def run(self, query: str, top_k: int | None = None) -> dict[str, Any]:
+    def run(self, **kwargs: Any) -> dict[str, Any]:
         """
         :param query: The search text.
         :param top_k: Results kept (the init `top_k` by default, at most what the provider returned).
         :returns: `documents` (best first) and `error` (None on success).
         """
         try:
-            found = self.search.run(query=query)["documents"]
-        except TimeoutError:
-            return {"documents": [], "error": f"web search ({self.provider}) timed out"}
-        except (ComponentError, httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            return _SuperComponent.run(self, **kwargs)
+        except PipelineRuntimeError as exc:
+            cause = exc.__cause__ or exc
+            if isinstance(cause, TimeoutError):
+                return {"documents": [], "error": f"web search ({self.provider}) timed out"}
+            if not isinstance(cause, ComponentError | httpx.HTTPError | ValueError | KeyError | TypeError):
+                raise
             # The providers' errors carry the response text; one line of it is enough for a trace.
-            message = " ".join(str(exc).split())[:200]
-            return {"documents": [], "error": f"web search ({self.provider}) failed: {type(exc).__name__}: {message}"}
-        documents = []
-        for doc in found:
-            web = _document({"url": doc.meta.get("link") or "", "title": doc.meta.get("title") or "",
-                             "content": doc.content or ""})
-            if web is not None:
-                web.meta["provider"] = self.provider
-                documents.append(web)
-        return {"documents": documents[: top_k or self.top_k], "error": None}
+            message = " ".join(str(cause).split())[:200]
+            return {"documents": [],
+                    "error": f"web search ({self.provider}) failed: {type(cause).__name__}: {message}"}
+
+    async def run_async(self, **kwargs: Any) -> dict[str, Any]:
+        return self.run(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, provider=self.provider, api_key=self.api_key.to_dict(), top_k=self.top_k,
