@@ -6,6 +6,7 @@ deletes it; another user cannot read it. Screenshots are kept as test artifacts.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,3 +93,35 @@ def test_an_iterative_strategy_shows_its_memories_and_judgement_on_the_timeline(
     # The scripted model's constrained replies take the first allowed value: the judge says it has enough.
     assert "Judgement\nenough information to answer" in _substance(page, "judgement")
     page.screenshot(path=str(_artifacts(tmp_path) / "resp-timeline.png"), full_page=True)
+
+
+OFFSET = re.compile(r" · \+(?P<offset>[0-9.]+) s · ")
+
+
+def test_a_follow_ups_trace_shows_its_rewrite_first_and_offsets_from_the_run_start(page, browser, stack,  # noqa: F811
+                                                                                   tmp_path):
+    # A rewrite step once made every other step's offset an epoch number ("+1795687855.995 s").
+    sign_in(page, stack, "alice")
+    ask(page, QUESTION, "standard")
+    trace_id = ask(page, FOLLOW_UP, "standard")
+    auditor = browser.new_page()
+    try:
+        sign_in(auditor, stack, "audrey")
+        auditor.fill("#filter-user", "alice")
+        auditor.fill("#filter-text", "who wrote")
+        auditor.click("#trace-filter button[type='submit']")
+        auditor.locator(f"#traces tbody tr[data-trace='{trace_id}'] button").click()
+        auditor.wait_for_selector("#trace-detail:not([hidden])")
+        assert auditor.text_content("#detail-id") == trace_id
+        kinds = auditor.eval_on_selector_all("#detail-steps details.step", "nodes => nodes.map(n => n.dataset.kind)")
+        assert kinds[0] == "rewrite", kinds
+        summaries = auditor.eval_on_selector_all("#detail-steps details.step > summary",
+                                                 "nodes => nodes.map(n => n.textContent)")
+        offsets = [float(m.group("offset")) for m in map(OFFSET.search, summaries) if m]
+        assert len(offsets) == len(summaries), summaries  # every step has an offset, none unknown ("–")
+        assert offsets[0] == 0.0 and all(0 <= o < 600 for o in offsets), summaries
+        assert offsets == sorted(offsets), summaries
+        assert "everyone, group:finance, user:alice" in auditor.inner_text("#detail-fields")  # asked as
+        auditor.screenshot(path=str(_artifacts(tmp_path) / "trace-after-follow-up.png"), full_page=True)
+    finally:
+        auditor.close()
