@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from haystack import Pipeline, component, tracing
+from haystack import Document, Pipeline, component, tracing
 from haystack.dataclasses import ChatMessage
 from haystack.tracing import Span, Tracer
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -24,9 +24,14 @@ from docqa.components.contregen_synthesizer import ConTReGenSynthesizer
 from docqa.llm.calls import generate_text
 from docqa.llm.role_generator import RoleChatGenerator
 from docqa.pipelines.contregen import ConTReGenPipeline
+from docqa.pipelines.registry import build_pipeline
 from docqa.recording import StepRecorder
+from docqa.runtime import Runtime
+from docqa.settings import Settings
 from docqa.spans import LLM_CALL_SPAN, STEP_INDEX, STEP_NAME, STEP_PARENT
 from docqa.step_tracer import DocqaTracer, enable_step_tracing, installed_tracer, otel_tracer, record_steps
+from docqa.stores.factory import build_document_store
+from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
 from tests.support.resp_fakes import GENERATE, GLOBAL, JUDGE, PLAN, KeywordRetriever, build, doc
 from tests.support.scripted_chat import ScriptedChatGenerator
 
@@ -111,8 +116,9 @@ def test_opentelemetry_sees_one_span_per_step_and_per_model_call(exporter, monke
     for step in result.steps:
         assert _step_above(span_of[step.index], finished) == step.parent
         assert span_of[step.index].attributes[STEP_PARENT] == (-1 if step.parent is None else step.parent)
-    # One trace per run.
+    # One trace per run, and no component run outside the steps (the readable-passages count is not one here).
     assert len({s.context.trace_id for s in finished}) == 1
+    assert all(STEP_NAME in s.attributes for s in finished if s.name == "haystack.component.run")
 
     calls = [s for s in finished if s.name == LLM_CALL_SPAN]
     recorded = [call for step in result.steps for call in step.outputs.get("llm_calls", [])]
@@ -139,6 +145,27 @@ def test_contregen_tree_nodes_and_summaries_are_spans(exporter) -> None:
     by_name = {step.name: step for step in result.steps}
     assert by_name["contre_node 0.1"].parent == by_name["contre_node 0"].index
     assert by_name["contre_node 0"].outputs["node"]["step"] == by_name["contre_node 0"].index
+
+
+class _HashRuntime(Runtime):
+    def text_embedder(self) -> Any:
+        return HashTextEmbedder()
+
+
+def test_an_answer_without_readable_passages_is_one_step_and_one_span(exporter, tmp_path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    store = build_document_store(settings)
+    payroll = Document(id="pay", content="Payroll of the harbour town.", meta={"tenant": "acme", "access": ["finance"]})
+    store.write_documents(HashDocumentEmbedder().run(documents=[payroll])["documents"])
+    runtime = _HashRuntime(settings, document_store=store, chat_generator_factory=lambda _: ScriptedChatGenerator())
+    result = build_pipeline("standard", runtime).run("What is the payroll of the harbour town?", ALICE)
+
+    assert result.answer_source == "none"
+    assert [(s.kind, s.name, s.outputs) for s in result.steps] == [
+        ("access", "readable_passages", {"readable": False})]
+    finished = exporter.get_finished_spans()
+    assert [s.attributes[STEP_NAME] for s in _step_spans(finished)] == ["readable_passages"]
+    assert "haystack.component.run" not in {s.name for s in finished}
 
 
 class HostTracer(Tracer):
