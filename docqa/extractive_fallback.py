@@ -8,7 +8,9 @@ says plainly that they are extracted rather than generated (`PipelineResult.answ
 `answer_note`).
 
 The passages come from the run itself: the step tracer hands every component output to `note_passages`, which
-keeps the documents the run retrieved (already filtered by the caller's access scope) for `finish` to read.
+keeps the documents the run retrieved (already filtered by the caller's access scope) for `finish` to read. Not
+`Pipeline.run(include_outputs_from=...)`: it keeps a looping component's last visit only, and the fallback quotes
+the passages of every round (AT-RAG's last rewrite may retrieve nothing useful while an earlier one did).
 
 Usage:
     note_passages(recorder, {"documents": docs})          # done by docqa.step_tracer for every component run

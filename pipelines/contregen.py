@@ -12,8 +12,9 @@ verify each in two steps, recurse to `max_depth`), then `contregen_synthesizer` 
 
 Bounds: depth and breadth (ceilings DOCQA_MAX_TREE_DEPTH/BREADTH), and one LLM call budget per question for the
 whole tree (at most DOCQA_MAX_LLM_CALLS_PER_QUESTION, which the LLM client enforces again on every call). Sibling
-branches run on DOCQA_CONTREGEN_CONCURRENCY threads. Every node and every summary is a trace step whose parent
-links draw the tree; the expander's and synthesizer's steps also hold the whole tree.
+branches run on DOCQA_CONTREGEN_CONCURRENCY threads. Every node and every summary is a tracing span (`docqa.tree_node`,
+`docqa.summary`), so a trace step whose parent links draw the tree, in the audit trail and in OpenTelemetry alike;
+the expander's and synthesizer's steps also hold the whole tree.
 
 Usage:
     pipeline = build_pipeline("contregen", runtime, max_depth=2, max_breadth=5, max_llm_calls=48)
