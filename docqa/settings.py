@@ -134,7 +134,7 @@ class Settings(BaseSettings):
     # Directory of Haystack YAML strategies: each `NAME.yaml` is a strategy called NAME (docqa and Haystack
     # component types only); an invalid file is logged and skipped.
     pipelines_dir: Path | None = None
-    # OTLP HTTP endpoint (e.g. http://otel-collector:4318): every component run is also an OpenTelemetry span.
+    # OTLP HTTP endpoint (e.g. http://otel-collector:4318): every span (each trace step and model call) goes there.
     otel_exporter_otlp_endpoint: str | None = None
 
     # ReSP: iteration limit M, and the cosine similarity from which a planned sub-question repeats an asked one.
