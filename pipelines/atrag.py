@@ -53,6 +53,7 @@ from docqa.components.atrag_controller import ATRAGController, ATRAGRound, Retri
 from docqa.components.atrag_retriever import MODE_ROUTES, RecordRound, RoundQuery
 from docqa.components.cot_answer_generator import CoTAnswerGenerator
 from docqa.components.prompt_templates import load_prompt, prompt_fingerprint
+from docqa.components.prompted_llm import inner_step_kinds
 from docqa.components.query_rewriter import QueryRewriter
 from docqa.components.record_query_resolver import RecordQueryResolver
 from docqa.components.record_table_answer import RecordTableAnswer
@@ -212,7 +213,8 @@ class ATRAGPipeline(HaystackStrategy):
                                generator=generator, grader=grader, rewriter=rewriter, max_iterations=max_iterations,
                                table_builder=table_builder)
         super().__init__(
-            "atrag", pipeline, models=models, max_question_chars=max_question_chars, kinds=KINDS,
+            "atrag", pipeline, models=models, max_question_chars=max_question_chars,
+            kinds={**inner_step_kinds(pipeline), **KINDS},
             input_names=INPUT_NAMES,
             summary={
                 "top_k": top_k,

@@ -76,13 +76,15 @@ class TestGradedLoop:
         pipeline, _ = _pipeline(tmp_path, llm)
         result = pipeline.run("What is the capital of France?", SCOPE)
         assert (result.answer, result.stop_reason) == ("Paris [1].", StopReason.ACCEPTED)
-        # The topic-filtered retriever's parts are steps of their own (no topic model: nothing is embedded).
+        # The topic-filtered retriever's parts are steps of their own (no topic model: nothing is embedded), and so
+        # are the answer generator's prompt, model call and parser.
         assert [(s.kind, s.name) for s in result.steps] == [
             ("time_scope", "record_query_resolver"), ("control", "controller"), ("routing", "round_joiner"),
             ("routing", "round_query"), ("routing", "mode_router"), ("routing", "retrieved_joiner"),
             ("retrieval", "ranked_retriever"), ("component", "topic_filter"), ("component", "search_joiner"),
             ("component", "search"), ("component", "retriever"), ("component", "topic_check"),
-            ("routing", "prompt_joiner"), ("reasoning", "cot_answer_generator"), ("grading", "answer_grader"),
+            ("routing", "prompt_joiner"), ("reasoning", "cot_answer_generator"), ("prompt", "cot_answer_prompt"),
+            ("generation", "cot_answer_llm"), ("parse", "cot_answer_parser"), ("grading", "answer_grader"),
             ("control", "controller"), ("routing", "final_joiner"), ("record_table", "record_table"),
             ("grounding", "grounding")]
         assert [c.document_id for c in result.citations] == ["d1"]

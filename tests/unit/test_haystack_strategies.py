@@ -271,7 +271,8 @@ class TestATRAGRoundTrip:
             generator = getattr(instance, "chat_generator", None)
             if generator is not None:
                 generator.bind(llm)
-        again = HaystackStrategy("atrag", loaded, max_question_chars=500, kinds=atrag.KINDS,
+        again = HaystackStrategy("atrag", loaded, max_question_chars=500,
+                                 kinds={**inner_step_kinds(loaded), **atrag.KINDS},
                                  input_names=atrag.INPUT_NAMES)
         inputs = {"as_of": "2020-06-01T00:00:00Z", "patient_id": "p1"}
         first, second = (s.run("HbA1c since 2018?", ALICE, **inputs) for s in (original, again))
