@@ -21,8 +21,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
+from haystack.document_stores.types import DuplicatePolicy
 
+from docqa.audit.events import TOPICS_REFIT, event_around
+from docqa.components.topic_assigner import TopicAssigner
 from docqa.topic_models import (
     GUIDE_FIELD,
     INFO_FILE,
@@ -41,7 +44,6 @@ from docqa.topic_models import (
 if TYPE_CHECKING:
     from haystack import Document
 
-    from docqa.components.topic_assigner import TopicAssigner
     from docqa.runtime import Runtime
 
 __all__ = ["GUIDE_FIELD", "PROBABILITY_FIELD", "REFIT_TASK", "TOPIC_FIELD", "VERSION_FIELD", "FittedTopicModel",
@@ -61,11 +63,6 @@ def refit_topic_model(runtime: Runtime, tenant: str, actor: str = "system") -> T
 
     :raises ValueError: When the tenant has too few documents to fit a topic model.
     """
-    from haystack.document_stores.types import DuplicatePolicy
-
-    from docqa.audit.events import TOPICS_REFIT, event_around
-    from docqa.components.topic_assigner import TopicAssigner
-
     store = runtime.document_store
     documents = store.filter_documents(filters={"field": "meta.tenant", "operator": "==", "value": tenant})
     # Stored documents normally carry their embeddings; any that do not are embedded once, here, for fit and tags.
@@ -172,8 +169,6 @@ def refit_if_due(runtime: Runtime, tenant: str) -> str | None:
         return None
     root = topic_model_dir(runtime.settings.data_dir, tenant)
     root.mkdir(parents=True, exist_ok=True)
-    from filelock import Timeout
-
     try:
         # Concurrent uploads of one tenant fit once: a second caller finds the lock held and leaves it.
         with FileLock(str(root / ".refit.lock"), timeout=0):
@@ -208,8 +203,6 @@ def schedule_topic_refit(runtime: Runtime, tenant: str) -> str | None:
 def tenant_topic_assigner(runtime: Runtime, tenant: str) -> TopicAssigner | None:
     """The tenant's latest topic model as an assigner for tagging new documents (embedded first: untagged
     otherwise); None when none is fitted."""
-    from docqa.components.topic_assigner import TopicAssigner
-
     assigner = TopicAssigner(topic_model_dir(runtime.settings.data_dir, tenant))
     return assigner if assigner.model is not None else None
 
