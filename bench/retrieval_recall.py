@@ -63,7 +63,9 @@ def main() -> None:
             store.write_documents(doc_embedder.run(documents=corpus)["documents"])
             embed_s = time.perf_counter() - started
             bm25, dense = build_retrievers(store, Settings(data_dir=Path(workdir), retrieval_candidates=DEPTH))
-            hybrid = HybridRetriever(*build_retrievers(store, settings), text_embedder, top_k=DEPTH, candidates=20)
+            # Its own query embedder: a component belongs to one graph, and the hybrid retriever is one.
+            hybrid = HybridRetriever(*build_retrievers(store, settings), build_text_embedder(settings), top_k=DEPTH,
+                                     candidates=20)
             filters = {"field": "meta.tenant", "operator": "==", "value": "eval"}
             totals = {name: [0.0, 0.0] for name in ("bm25", "dense", "hybrid")}
             questions = [q for q in load_dataset(folder / f"{dataset}_train.json") if q.supporting_ids]
