@@ -11,7 +11,8 @@ A layer is one frame of the project's own code (not the tests', not a library's)
 are the distinct project files among those frames. The frames are printed (`--frames`), so the path can be read.
 Besides the stack, a profiler records every project function called from the route handler's start to
 `Pipeline.run` (validation, selection, the cache, the audit's started row ...): "called" counts those functions
-and the files they live in.
+and the files they live in; and, over the whole request, how often the question was validated
+(`validate_question`), the options were validated (`validate_options`) and a config was hashed (`config_hash`).
 
 Usage:
     .venv/bin/python bench/request_path_depth.py                     # before: the parent of the service's commit
@@ -32,7 +33,11 @@ from pathlib import Path
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 SERVICE_MODULE = "docqa/questions/service.py"
-ROUTES = {"query": "/v1/query", "chat": "/v1/chat/completions"}
+ROUTES = {"query": "/v1/query", "chat": "/v1/chat/completions", "follow_up": "/v1/chat/completions"}
+# Counted over the whole request: (file suffix, function) -> label.
+COUNTED = {("pipelines/base.py", "validate_question"): "question validated",
+           ("pipelines/options.py", "validate_options"): "options validated",
+           ("pipelines/base.py", "config_hash"): "config hashed"}
 
 
 # ---- the driver ---------------------------------------------------------------------------------------------
@@ -70,8 +75,9 @@ def _report(label: str, figures: dict[str, dict[str, list[str]]], show_frames: b
         frames, called = found["frames"], found["called"]
         files = {frame.split(":")[0] for frame in frames}
         called_files = {function.split(":")[0] for function in called}
-        print(f"{label:7} {ROUTES[route]:22} stack: layers {len(frames):3}  files {len(files):3}   "
-              f"called: functions {len(called):4}  files {len(called_files):3}")
+        counts = ", ".join(f"{name} {n}x" for name, n in found["counts"].items())
+        print(f"{label:7} {route:9} {ROUTES[route]:22} stack: layers {len(frames):3}  files {len(files):3}   "
+              f"called: functions {len(called):4}  files {len(called_files):3}   {counts}")
         if show_frames:
             for frame in frames:
                 print(f"            {frame}")
@@ -154,7 +160,8 @@ def measure(root: Path) -> dict[str, dict[str, list[str]]]:
 
     captured: dict[str, list] = {}
     called: set[str] = set()
-    recording = {"handler": "", "on": False}
+    recording = {"handler": "", "on": False, "request": False}
+    counts = dict.fromkeys(COUNTED.values(), 0)
     original_run = Pipeline.run
     original_in_executor = asyncio.base_events.BaseEventLoop.run_in_executor
 
@@ -163,12 +170,22 @@ def measure(root: Path) -> dict[str, dict[str, list[str]]]:
             return
         code = frame.f_code
         if not recording["on"]:
-            if code.co_name != recording["handler"] or "/routes/" not in code.co_filename:
+            if code.co_name == recording["handler"] and "/routes/" in code.co_filename and not recording["request"]:
+                recording["on"] = recording["request"] = True
+            elif recording["request"]:
+                _count(code)
                 return
-            recording["on"] = True
+            else:
+                return
+        _count(code)
         if code.co_name.startswith("<") or not _own(code.co_filename, root):
             return
         called.add(f"{Path(code.co_filename).relative_to(root)}:{code.co_name}")
+
+    def _count(code) -> None:  # type: ignore[no-untyped-def]
+        for (suffix, name), label in COUNTED.items():
+            if code.co_name == name and code.co_filename.endswith(suffix):
+                counts[label] += 1
 
     def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         recording["on"] = False
@@ -194,6 +211,11 @@ def measure(root: Path) -> dict[str, dict[str, list[str]]]:
         bodies = {
             "query": {"question": "What is the capital of France?", "pipeline": "no_retrieval"},
             "chat": {"model": "no_retrieval", "messages": [{"role": "user", "content": "What is the capital?"}]},
+            # A follow-up, rewritten against the earlier turn before the run.
+            "follow_up": {"model": "no_retrieval", "messages": [
+                {"role": "user", "content": "Where is Halcyon headquartered?"},
+                {"role": "assistant", "content": "In Oslo."},
+                {"role": "user", "content": "and when was it founded?"}]},
         }
         import threading
 
@@ -205,8 +227,9 @@ def measure(root: Path) -> dict[str, dict[str, list[str]]]:
                     raise SystemExit(f"{ROUTES[route]} answered {warm.status_code}: {warm.text}")
                 captured.clear()
                 called.clear()
-                handler = "query" if route == "query" else "chat_completions"
-                recording.update(handler=handler, on=False)
+                counts.update(dict.fromkeys(counts, 0))
+                handler = "query" if route == "query" else "chat_completions"  # the route handlers' names
+                recording.update(handler=handler, on=False, request=False)
                 Pipeline.run, asyncio.base_events.BaseEventLoop.run_in_executor = run, run_in_executor
                 try:
                     client.post(ROUTES[route], json=body, headers=auth(keys["alice"]))
@@ -214,8 +237,8 @@ def measure(root: Path) -> dict[str, dict[str, list[str]]]:
                     Pipeline.run, asyncio.base_events.BaseEventLoop.run_in_executor = original_run, original_in_executor
                 frames = _project_frames(captured.get("request", []), root, handler)
                 frames += _project_frames(captured.get("thread", []), root, None)
-                results[route] = {"frames": frames, "called": sorted(called)}
-                recording.update(handler="", on=False)
+                results[route] = {"frames": frames, "called": sorted(called), "counts": dict(counts)}
+                recording.update(handler="", on=False, request=False)
         threading.setprofile(None)
     return results
 

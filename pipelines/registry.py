@@ -7,6 +7,7 @@ Usage:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable
@@ -105,6 +106,7 @@ def resolve_options(name: str, options: dict[str, Any] | None, settings: Setting
     return validate_options(name, options, settings, spec.options).resolved(settings, _builder_defaults(spec))
 
 
+@functools.cache
 def _builder_defaults(spec: PipelineSpec) -> dict[str, Any]:
     try:
         parameters = inspect.signature(spec.builder).parameters.values()
