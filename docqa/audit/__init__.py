@@ -1,10 +1,10 @@
 """Audit trail: every answer's trace persisted in a keyed hash chain, verifiable and exportable.
 
-Writing: `recorder.answer_with_audit` (or `recorder.record_answer`) appends one trace per question, with its
-steps, in one transaction. A run is written `started` first (`runs`: an `audit_runs` row, not a chain link) and
-its trace replaces that row; runs left started by a process that is gone are traced `interrupted` at a later
-start. Checking: `verify.verify_chain`, `checkpoint` (signed chain heads kept outside the database), `export`
-(JSON Lines with chain proofs) and `retention` (archive a prefix without breaking the chain).
+Writing: `recorder.record_answer` (driven per question by the question service's `AuditedRun`) appends one trace per
+question, with its steps, in one transaction. A run is written `started` first (`runs`: an `audit_runs` row, not a
+chain link) and its trace replaces that row; runs left started by a process that is gone are traced `interrupted` at
+a later start. Checking: `verify.verify_chain`, `checkpoint` (signed chain heads kept outside the database),
+`export` (JSON Lines with chain proofs) and `retention` (archive a prefix without breaking the chain).
 Events (`events.append_event`): security-relevant changes (accounts, keys, groups, documents and their access
 lists, failed sign-ins, retention, checkpoints) are links of the same chain, written in the change's transaction;
 `access.replay_access` answers "could this principal read this document then?" from them, and `siem` writes the
