@@ -57,7 +57,7 @@ def uploads() -> list[Upload]:
         Upload("c.pdf", pdf_bytes(["gamma in a pdf"])),
         Upload("corrupt.pdf", pdf_bytes(["cut"])[:100]),
         Upload("empty.txt", b""),
-        Upload("sheet.xlsx", b"cells"),
+        Upload("sheet.xls", b"cells"),
         Upload("big.txt", b"x " * 6000),
     ]
 
@@ -73,7 +73,7 @@ class TestSubmitJob:
         assert {f["source_id"]: f["code"] for f in status["failures"]} == {
             "corrupt.pdf": "unreadable_file",
             "empty.txt": "unreadable_file",
-            "sheet.xlsx": "unsupported_file",
+            "sheet.xls": "unsupported_file",
             "big.txt": "file_too_large",
         }
         assert all(f["reason"] for f in status["failures"])
