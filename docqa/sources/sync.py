@@ -227,7 +227,12 @@ def _sync_listing(run: _Run, say: Callable[[str], None]) -> None:
             try:
                 validate_access_meta({"tenant": source.tenant, "access": access})
             except ValueError:
-                run.fail(item.key, "no principal may read it: no ACL map rule matches and the source has no --allow")
+                reason = "no principal may read it: no ACL map rule matches and the source has no --allow"
+                if entry is not None and entry.fingerprint is not None:
+                    # Fail closed: a stored copy keeps no access list the source no longer grants.
+                    delete_entry_document(run.settings, run.runtime, source, entry, actor=run.actor)
+                    reason += "; its stored copy was deleted"
+                run.fail(item.key, reason)
                 continue
             try:
                 work = _compare(run, item, entry, access)

@@ -138,10 +138,22 @@ def test_acl_map_and_posix_group_change_access_without_reembedding(settings, fol
     assert set(leave.after["chunk_ids"]) == {c.id for c in docs["share:hr/leave.md"]}
     assert _sync(settings).access_changed == 0  # applied once
 
+    # A map that leaves a file with no reader removes its stored copy rather than keep the old access.
+    acl.write_text("finance/**  group:finance\n")
+    define_source(settings, name="mapped", type="folder", tenant="default", config={"path": str(folder)},
+                  allow=[], acl_map=str(acl))
+    report = _sync(settings, "mapped")
+    assert (report.added, report.failed) == (1, 2) and "no principal" in report.failures[0]["reason"]
+    acl.write_text("hr/**  group:hr\n")
+    report = _sync(settings, "mapped")
+    assert "mapped:finance/budget.txt" not in stored_by_document() and "mapped:hr/leave.md" in stored_by_document()
+    assert any("stored copy was deleted" in f["reason"] for f in report.failures)
+
     acl.write_text("finance/** not-a-principal\n")
     report = _sync(settings)
     assert report.status == "failed" and "not a principal" in report.error
-    assert len(stored_by_document()) == 3
+    assert {key for key in stored_by_document() if key.startswith("share:")} == {
+        "share:finance/budget.txt", "share:hr/leave.md", "share:handbook.txt"}
 
 
 def test_unreachable_folder_fails_with_reason_and_keeps_documents(settings, folder) -> None:
