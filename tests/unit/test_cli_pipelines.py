@@ -40,9 +40,12 @@ def test_atrag_exports_as_yaml_that_haystack_loads_back(tmp_path):
     proc = run_cli(tmp_path, "pipelines", "export", "atrag", env=NO_LOCAL_LLM)
     assert proc.returncode == 0, proc.stderr
     pipeline = _loaded(tmp_path, proc.stdout)
-    assert set(dict(pipeline.walk())) == {"record_query_resolver", "controller", "round_joiner", "retriever",
-                                          "cot_answer_generator", "answer_grader", "query_rewriter",
-                                          "rewrite_router", "final_joiner", "record_table", "grounding"}
+    assert set(dict(pipeline.walk())) == {"record_query_resolver", "controller", "round_joiner", "round_query",
+                                          "mode_router", "record_retriever", "record_table_builder",
+                                          "record_round", "window_retriever", "ranked_retriever", "prompt_joiner",
+                                          "retrieved_joiner", "cot_answer_generator", "answer_grader",
+                                          "query_rewriter", "rewrite_router", "final_joiner", "record_table",
+                                          "grounding"}
     assert pipeline._max_runs_per_component == 4  # max_iterations (3) + 1: the controller's first visit
     assert "api_key" not in proc.stdout and "127.0.0.1:9" not in proc.stdout
 
