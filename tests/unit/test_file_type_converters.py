@@ -225,3 +225,9 @@ class TestBrokenAndEncrypted:
         data = pptx_bytes([("t", "b", "")])
         with pytest.raises(UnreadableFileError, match=r"^cut\.pptx: cannot parse PPTX file"):
             convert(data[: len(data) // 2] + data[-200:], "cut.pptx")
+
+    def test_an_xlsx_bomb_is_refused_before_anything_is_inflated(self) -> None:
+        from tests.support.conversion_bombs import xlsx_bomb
+
+        with pytest.raises(FileTooLargeError, match=r"^bomb\.xlsx: decompressed size over 67108864 bytes"):
+            convert(xlsx_bomb(70 * 1024 * 1024), "bomb.xlsx")
