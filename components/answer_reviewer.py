@@ -7,7 +7,7 @@ from typing import Any
 from haystack import component
 
 from docqa.components.llm_serialization import ChatComponentSerialization
-from docqa.components.mspr_state import MSPRState
+from docqa.components.mspr_state import MSPRState, Phase
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.components.reply_parsers import verdict_word
 from docqa.llm.calls import ChatGenerator, generate_yes_no
@@ -49,7 +49,7 @@ class AnswerReviewer(ChatComponentSerialization):
     def run(self, state: MSPRState) -> dict[str, Any]:
         """
         :param state: The run so far, with its `answer`.
-        :returns: `state` with the verdict (`phase="reviewed"`, `reviews` + 1) and the `review` for the trace.
+        :returns: `state` with the verdict (`Phase.REVIEWED`, `reviews` + 1) and the `review` for the trace.
         """
         answer = (state.answer or "").strip()
         if not answer:
@@ -63,6 +63,6 @@ class AnswerReviewer(ChatComponentSerialization):
             reason = "" if passed else (
                 "the answer is not supported or incomplete" if verdict is False else "the review was unreadable")
         review = {"passed": passed, "model_verdict": model_verdict, "reason": reason, "answer": answer}
-        new_state = state.evolve(phase="reviewed", reviews=state.reviews + 1, review_passed=passed,
+        new_state = state.evolve(phase=Phase.REVIEWED, reviews=state.reviews + 1, review_passed=passed,
                                  review_reason=reason)
         return {"state": new_state, "review": review}

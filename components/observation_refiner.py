@@ -7,7 +7,7 @@ from typing import Any
 from haystack import Document, component
 
 from docqa.components.llm_serialization import ChatComponentSerialization
-from docqa.components.mspr_state import MSPRState, Observation
+from docqa.components.mspr_state import MSPRState, Observation, Phase
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
 
@@ -60,7 +60,7 @@ class ObservationRefiner(ChatComponentSerialization):
         :param documents: The retrieval's passages (the new observation).
         :param source: The source they came from.
         :param error: Why the source returned nothing, if it failed.
-        :returns: `state` with the new observation (`phase="observed"`) and `refinement` (words before/after).
+        :returns: `state` with the new observation (`Phase.OBSERVED`) and `refinement` (words before/after).
         """
         query = state.pending_query or state.question
         observations = list(state.observations)
@@ -73,7 +73,7 @@ class ObservationRefiner(ChatComponentSerialization):
                           "words_after": len(summary.split()), "summary": summary}
         observations.append(Observation(step=state.steps, source=source, query=query, documents=tuple(documents),
                                         error=error, supplementary=state.pending_supplementary))
-        new_state = state.evolve(phase="observed", observations=tuple(observations), pending_source=None,
+        new_state = state.evolve(phase=Phase.OBSERVED, observations=tuple(observations), pending_source=None,
                                  pending_query=None, pending_supplementary=False)
         return {"state": new_state, "refinement": refinement}
 

@@ -7,7 +7,7 @@ from typing import Any
 from haystack import component
 
 from docqa.components.llm_serialization import ChatComponentSerialization
-from docqa.components.mspr_state import MSPRState
+from docqa.components.mspr_state import MSPRState, Phase
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.components.reply_parsers import verdict_word
 from docqa.llm.calls import ChatGenerator, generate_yes_no
@@ -52,7 +52,7 @@ class SourcePreferenceJudge(ChatComponentSerialization):
     def run(self, state: MSPRState) -> dict[str, Any]:
         """
         :param state: The run so far; its newest observation is judged.
-        :returns: `state` with the verdict appended (`phase="judged"`) and the `verdict` for the trace.
+        :returns: `state` with the verdict appended (`Phase.JUDGED`) and the `verdict` for the trace.
         """
         if not state.observations:
             raise ValueError("there is no observation to judge")
@@ -75,4 +75,4 @@ class SourcePreferenceJudge(ChatComponentSerialization):
                 "reason": "judged to add nothing that helps" if answer is False else (
                     "judged to add helpful information" if answer else "unreadable verdict: staying on the source"),
             }
-        return {"state": state.evolve(phase="judged", verdicts=(*state.verdicts, verdict)), "verdict": verdict}
+        return {"state": state.evolve(phase=Phase.JUDGED, verdicts=(*state.verdicts, verdict)), "verdict": verdict}
