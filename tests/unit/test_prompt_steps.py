@@ -9,9 +9,11 @@ from haystack.dataclasses import ChatMessage
 from docqa.access import AccessScope
 from docqa.components.answer_generator import AnswerGenerator
 from docqa.components.cited_answer_generator import CitedAnswerGenerator
+from docqa.components.cot_answer_generator import CoTAnswerGenerator
 from docqa.components.llm_generation import ConstrainedGeneration
 from docqa.components.memory_answer_generator import MemoryAnswerGenerator
 from docqa.components.prompt_templates import load_prompt, render_prompt
+from docqa.components.query_rewriter import QueryRewriter
 from docqa.components.reply_parsers import (
     CitedReplyParser,
     JsonObjectReplyParser,
@@ -127,12 +129,22 @@ class TestPromptedSteps:
         (MemoryAnswerGenerator, "resp_generate", {"question": "Where?", "memory": MEMORY}),
         (ReSPJudge, "resp_judge", {"question": "Where?", "memory": MEMORY}),
         (ReSPPlanner, "resp_plan", {"question": "Where?", "memory": MEMORY, "asked": ["Where?"], "rejected": "Who?"}),
+        (QueryRewriter, "atrag_rewrite", {"question": "Q?", "previous_queries": ["Q?"], "feedback": "unsupported"}),
     ])
     def test_the_prompt_sent_is_the_template_rendered_as_before(self, step, name, inputs):
         llm = ScriptedChatGenerator(default="Spielberg")
         step(llm).run(**inputs)
         rendered = {k: (v.as_text() if isinstance(v, ReSPMemory) else v) for k, v in inputs.items()}
         assert llm.calls[0]["prompt"] == render_prompt(load_prompt(name), **rendered)
+
+    def test_the_cot_prompt_shows_at_most_its_documents_each_cut(self):
+        llm = ScriptedChatGenerator(default="Reasoning: [2] says so.\nAnswer: Scotland [2]")
+        out = CoTAnswerGenerator(llm, max_documents=2, max_document_chars=20).run(question="Where?", documents=DOCS * 2)
+        assert llm.calls[0]["prompt"] == render_prompt(load_prompt("atrag_answer"), question="Where?",
+                                                       documents=DOCS, max_document_chars=20)
+        assert out == {"answer": "Scotland [2]", "reasoning": "[2] says so.", "cited_documents": [DOCS[1]],
+                       "prompt_documents": DOCS}
+        assert CoTAnswerGenerator(llm).run(question="Where?", documents=[])["answer"] == "" and len(llm.calls) == 1
 
     def test_a_deployer_template_is_read_at_build_and_written_to_the_yaml(self, tmp_path):
         (tmp_path / "no_retrieval_answer.txt").write_text("Reply in French. {{ question }}\n", encoding="utf-8")
