@@ -77,6 +77,7 @@ class PromptedLLM(SuperComponent):
         schema_name: str = "output",
         purpose: str = "text",
         llm_kind: str = LLM_KIND,
+        request: Any = None,
         init_parameters: Mapping[str, Any] | None = None,
     ) -> None:
         """
@@ -95,6 +96,8 @@ class PromptedLLM(SuperComponent):
         :param purpose: what the call is for, recorded with it; the inner nodes are named after it
             (`<purpose>_prompt`, `<purpose>_llm`, `<purpose>_parser`), so a trace says which step they serve.
         :param llm_kind: the step kind of the model call ("generation" when its reply is the answer).
+        :param request: a first node (`<purpose>_request`) whose inputs are the step's and whose outputs of the
+            same names feed the template variables and the parser (e.g. the prompt's parts read from a state).
         :param init_parameters: what `to_dict` writes beside the chat generator (the subclass's own arguments).
         """
         self.chat_generator = chat_generator
@@ -118,6 +121,14 @@ class PromptedLLM(SuperComponent):
         mapping = {name: [f"{prompt_node}.{name}"] for name in variables}
         for name in sorted(parser_inputs - {"replies", "prompt"}):
             mapping.setdefault(name, []).append(f"{parser_node}.{name}")
+        if request is not None:
+            request_node = f"{purpose}_request"
+            self.step_kinds[request_node] = PROMPT_KIND
+            pipeline.add_component(request_node, request)
+            for name, targets in mapping.items():
+                for target in targets:
+                    pipeline.connect(f"{request_node}.{name}", target)
+            mapping = {name: [f"{request_node}.{name}"] for name in request.__haystack_input__._sockets_dict}
         SuperComponent.__init__(self, pipeline, input_mapping=mapping,
                          output_mapping={f"{parser_node}.{socket}": name for socket, name in outputs.items()})
 

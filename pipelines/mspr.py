@@ -44,6 +44,7 @@ from docqa.components.mspr_state import MSPRState
 from docqa.components.multi_source_retriever import MultiSourceRetriever, parse_sources
 from docqa.components.observation_refiner import ObservationRefiner
 from docqa.components.prompt_templates import load_prompt, prompt_fingerprint
+from docqa.components.prompted_llm import inner_step_kinds
 from docqa.components.searxng_web_search import WEB_SOURCE, SearxngWebSearch
 from docqa.components.source_preference_judge import SourcePreferenceJudge
 from docqa.components.web_page_reader import WebPageReader
@@ -93,7 +94,8 @@ class MSPRPipeline(HaystackStrategy):
             pipeline.connect(f"{sender}.state", "joiner.value")
         pipeline.connect("joiner.value", "controller.state")
         super().__init__(
-            "mspr", pipeline, models=models, max_question_chars=max_question_chars, kinds=KINDS,
+            "mspr", pipeline, models=models, max_question_chars=max_question_chars,
+            kinds={**inner_step_kinds(pipeline), **KINDS},
             summary={
                 "top_k": retriever.top_k, "sources": list(controller.sources), "max_steps": controller.max_steps,
                 "max_reviews": controller.max_reviews, "refine": refiner.enabled,

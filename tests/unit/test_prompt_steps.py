@@ -8,10 +8,12 @@ from haystack.dataclasses import ChatMessage
 
 from docqa.access import AccessScope
 from docqa.components.answer_generator import AnswerGenerator
+from docqa.components.answer_reviewer import AnswerReviewer
 from docqa.components.cited_answer_generator import CitedAnswerGenerator
 from docqa.components.cot_answer_generator import CoTAnswerGenerator
 from docqa.components.llm_generation import ConstrainedGeneration
 from docqa.components.memory_answer_generator import MemoryAnswerGenerator
+from docqa.components.mspr_state import MSPRState, Phase
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.components.query_rewriter import QueryRewriter
 from docqa.components.reply_parsers import (
@@ -182,3 +184,25 @@ class TestPromptedSteps:
         assert steps["answer_llm"].outputs["llm_calls"][0]["prompt"] == "Q: Capital of France?"
         assert steps["answer_parser"].outputs["answer"] == "Paris" == steps["generator"].outputs["answer"]
         assert result.totals.llm_calls == 1
+
+
+class TestAnswerReview:
+    def test_the_review_reads_the_state_asks_once_and_writes_its_verdict(self):
+        llm = ScriptedChatGenerator(default='{"answer": "No"}')
+        state = MSPRState(question="When was X born?", sources=("collection:main",)).evolve(answer="1962")
+        out = AnswerReviewer(llm).run(state=state)
+        assert llm.calls[0]["prompt"] == render_prompt(load_prompt("mspr_review"), question="When was X born?",
+                                                       answer="1962", context="(nothing was retrieved)")
+        assert llm.calls[0]["generation_kwargs"]["response_format"]["type"] == "json_schema"
+        assert out["review"] == {"passed": False, "model_verdict": "no",
+                                 "reason": "the answer is not supported or incomplete", "answer": "1962"}
+        assert (out["state"].phase, out["state"].reviews, out["state"].review_passed) == (Phase.REVIEWED, 1, False)
+
+    @pytest.mark.parametrize(("answer", "reply", "passed", "verdict"), [
+        ("  ", "Yes", False, None), ("1962", "Yes", True, "yes"), ("1962", "{", False, "unreadable")])
+    def test_an_empty_answer_is_not_asked_about_and_an_unreadable_verdict_fails(self, answer, reply, passed, verdict):
+        llm = ScriptedChatGenerator(default=reply)
+        state = MSPRState(question="Q?", sources=("collection:main",)).evolve(answer=answer)
+        out = AnswerReviewer(llm).run(state=state)
+        assert (out["review"]["passed"], out["review"]["model_verdict"]) == (passed, verdict)
+        assert len(llm.calls) == (0 if verdict is None else 1)
