@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from docqa.conversion.conversion_box import ConversionLimits, check_zip_archive, run_in_box
+from docqa.conversion.converters import convert_bytes
 from docqa.errors import DocqaError
-from docqa.ingestion.conversion_box import ConversionLimits, check_zip_archive, run_in_box
-from docqa.ingestion.converters import convert_bytes
 from docqa.settings import Settings
 from tests.support.conversion_bombs import lying_docx, pdf_bomb, xlsx_bomb, zip_bomb_docx
 from tests.support.sample_files import docx_bytes
@@ -99,7 +99,7 @@ def main() -> None:
         print(f"  {label:28} first {times[0] * 1000:7.1f} ms  median {statistics.median(times[1:]) * 1000:7.1f} ms")
 
     peaks = ChildPeaks()
-    box_logger = logging.getLogger("docqa.ingestion.conversion_box")
+    box_logger = logging.getLogger("docqa.conversion.conversion_box")
     box_logger.addHandler(peaks)
     box_logger.setLevel(logging.DEBUG)
     cases = [(label, name, build()) for label, name, build in CASES]

@@ -37,8 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support is a checkout folder
 
 from docqa.access import AccessScope, restrict
-from docqa.ingestion.conversion_box import ConversionLimits, start_box
-from docqa.ingestion.converters import convert_bytes
+from docqa.conversion.conversion_box import ConversionLimits, start_box
+from docqa.conversion.converters import convert_bytes
 from docqa.ingestion.pipeline import Source, ingest_documents
 from docqa.runtime import Runtime
 from docqa.settings import Settings

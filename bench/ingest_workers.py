@@ -35,8 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from docqa.conversion.chunking import ChunkSpec, build_chunks
 from docqa.embedding import resolve_backend
-from docqa.ingestion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.jobs import Upload, job_status, resume_job, submit_job
 from docqa.runtime import Runtime
 from docqa.schema import upgrade_database

@@ -23,10 +23,10 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from docqa.components.bounded_body import BodyTooLarge, read_bounded
 from docqa.components.searxng_web_search import WEB_SOURCE
+from docqa.conversion.chunking import clean_text, split_words
+from docqa.conversion.conversion_box import ConversionLimits, start_box
+from docqa.conversion.converters import convert_bytes, is_supported
 from docqa.errors import DocqaError
-from docqa.ingestion.chunking import clean_text, split_words
-from docqa.ingestion.conversion_box import ConversionLimits, start_box
-from docqa.ingestion.converters import convert_bytes, is_supported
 from docqa.stores.tokenizer import tokenize
 
 # Redirect hops followed per page; each hop's address is checked like the first one's.

@@ -70,7 +70,7 @@ class Settings(BaseSettings):
     chunk_overlap_words: int = Field(default=30, ge=0)
     max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
     # Every document conversion (uploads, ingestion jobs, web pages) runs in a child process within these
-    # bounds (docqa.ingestion.conversion_box): what a ZIP-based file's members may declare (before any is
+    # bounds (docqa.conversion.conversion_box): what a ZIP-based file's members may declare (before any is
     # inflated), the memory the child may add to its start size, and its wall time; it is killed at a limit.
     convert_max_uncompressed_bytes: int = Field(default=100 * 1024 * 1024, ge=1)
     convert_max_member_bytes: int = Field(default=64 * 1024 * 1024, ge=1)

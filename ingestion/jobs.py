@@ -24,8 +24,8 @@ from sqlalchemy import func, select, update
 
 from docqa.access import DEFAULT_COLLECTION, validate_access_meta
 from docqa.audit.timestamps import as_utc
+from docqa.conversion.converters import check_size, file_type_of
 from docqa.errors import DocqaError, UnreadableFileError
-from docqa.ingestion.converters import check_size, file_type_of
 from docqa.ingestion.database import job_sessions
 from docqa.ingestion.models import (
     EVENT_RESUMED,

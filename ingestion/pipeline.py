@@ -31,11 +31,11 @@ from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
 from docqa.access import COLLECTION_FIELD, DEFAULT_COLLECTION
+from docqa.conversion.chunking import ChunkSpec, build_section_chunks
+from docqa.conversion.conversion_box import ConversionLimits
+from docqa.conversion.converters import convert_bytes, convert_path, is_supported
+from docqa.conversion.sections import Section
 from docqa.errors import DocqaError, UnreadableFileError
-from docqa.ingestion.chunking import ChunkSpec, build_section_chunks
-from docqa.ingestion.conversion_box import ConversionLimits
-from docqa.ingestion.converters import convert_bytes, convert_path, is_supported
-from docqa.ingestion.sections import Section
 
 ItemStatus = Literal["written", "skipped", "failed"]
 # Sources whose chunks are embedded in one call, so the embedder's batches stay full when sources are small.

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from docqa.ingestion.converters import is_supported
+from docqa.conversion.converters import is_supported
 from docqa.sources.listing import ListedItem, Listing, SourceUnreachableError
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from docqa.ingestion.converters import is_supported
+from docqa.conversion.converters import is_supported
 from docqa.sources.listing import ListedItem, Listing, SourceUnreachableError
 
 GIT_TIMEOUT_S = 600

@@ -35,8 +35,8 @@ from haystack.document_stores.types import DuplicatePolicy
 from sqlalchemy import delete, select, update
 
 from docqa.access import validate_access_meta
+from docqa.conversion.converters import check_size, file_type_of
 from docqa.errors import DocqaError
-from docqa.ingestion.converters import check_size, file_type_of
 from docqa.ingestion.database import job_sessions
 from docqa.ingestion.models import (
     EVENT_SUBMITTED,

@@ -23,7 +23,7 @@ from xml.etree import ElementTree
 import httpx
 
 from docqa.components.bounded_body import BodyTooLarge, read_bounded
-from docqa.ingestion.converters import is_supported
+from docqa.conversion.converters import is_supported
 from docqa.sources.listing import Known, ListedItem, Listing, SourceUnreachableError
 
 MAX_REDIRECTS = 5

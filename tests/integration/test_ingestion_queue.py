@@ -17,9 +17,9 @@ import pytest
 import redis
 from sqlalchemy import select
 
+from docqa.conversion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.broker_messages import ingest_item_ids, live_item_ids
 from docqa.ingestion.celery_app import celery_app_for
-from docqa.ingestion.chunking import ChunkSpec, build_chunks
 from docqa.ingestion.database import job_sessions
 from docqa.ingestion.jobs import Upload, delete_document, job_status, submit_job
 from docqa.ingestion.models import IngestItem

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from docqa.conversion import converters
+from docqa.conversion.conversion_box import ConversionLimits, check_zip_archive, run_in_box, zip_members
+from docqa.conversion.converters import convert_bytes, extract_text
 from docqa.errors import FileTooLargeError, UnreadableFileError
-from docqa.ingestion import converters
-from docqa.ingestion.conversion_box import ConversionLimits, check_zip_archive, run_in_box, zip_members
-from docqa.ingestion.converters import convert_bytes, extract_text
 from tests.support.conversion_bombs import billion_laughs_docx, lying_docx, pdf_bomb, xlsx_bomb, zip_bomb_docx
 from tests.support.sample_files import docx_bytes, html_bytes, pdf_bytes
 
@@ -135,7 +135,7 @@ class TestBox:
             "import pathlib\n"
             f"pathlib.Path({str(marks)!r}).open('a').write('imported\\n')\n"
             "if __name__ == '__main__':\n"
-            "    from docqa.ingestion.conversion_box import ConversionLimits, run_in_box\n"
+            "    from docqa.conversion.conversion_box import ConversionLimits, run_in_box\n"
             "    print(run_in_box(abs, -7, limits=ConversionLimits(), name='n'))\n"
         )
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,

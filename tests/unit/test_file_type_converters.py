@@ -8,10 +8,10 @@ import zipfile
 
 import pytest
 
+from docqa.conversion.chunking import ChunkSpec, build_section_chunks
+from docqa.conversion.conversion_box import ConversionLimits
+from docqa.conversion.converters import convert_bytes
 from docqa.errors import FileTooLargeError, UnreadableFileError
-from docqa.ingestion.chunking import ChunkSpec, build_section_chunks
-from docqa.ingestion.conversion_box import ConversionLimits
-from docqa.ingestion.converters import convert_bytes
 from tests.support.office_files import (
     eml_bytes,
     image_bytes,

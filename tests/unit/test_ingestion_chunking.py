@@ -1,6 +1,6 @@
 import pytest
 
-from docqa.ingestion.chunking import ChunkSpec, build_chunks, chunk_id, clean_text, content_hash, split_words
+from docqa.conversion.chunking import ChunkSpec, build_chunks, chunk_id, clean_text, content_hash, split_words
 
 
 def spec(**overrides) -> ChunkSpec:

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
+from docqa.conversion.converters import convert_bytes, convert_path, file_type_of
 from docqa.errors import FileTooLargeError, UnreadableFileError, UnsupportedFileError
-from docqa.ingestion.converters import convert_bytes, convert_path, file_type_of
 from tests.support.sample_files import docx_bytes, html_bytes, pdf_bytes
 
 LIMIT = 1_000_000

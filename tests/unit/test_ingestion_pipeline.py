@@ -5,7 +5,7 @@ import pytest
 from haystack import Document
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-from docqa.ingestion.chunking import chunk_id
+from docqa.conversion.chunking import chunk_id
 from docqa.ingestion.pipeline import Source, ingest_documents, ingest_paths
 from docqa.runtime import Runtime
 from docqa.settings import Settings

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
-from docqa.ingestion.chunking import ChunkSpec, build_chunks
+from docqa.conversion.chunking import ChunkSpec, build_chunks
 from tests.support.scripted_chat import ScriptedChatGenerator
 from tests.support.server_app import auth, build_test_app
 
@@ -76,8 +76,8 @@ def test_a_chunk_without_a_position_is_shown_alone_and_auditors_are_refused(serv
 
 
 def test_a_passage_says_where_it_stands_and_its_context_stays_in_its_sheet(server):
-    from docqa.ingestion.chunking import build_section_chunks
-    from docqa.ingestion.sections import Section, Table
+    from docqa.conversion.chunking import build_section_chunks
+    from docqa.conversion.sections import Section, Table
 
     client, keys, store, _ = server
     rows = tuple((number, (f"item{number}", str(number * 10))) for number in range(2, 8))

@@ -20,8 +20,8 @@ from docqa.components import web_page_reader
 from docqa.components.multi_source_retriever import MultiSourceRetriever
 from docqa.components.searxng_web_search import SearxngWebSearch, _document
 from docqa.components.web_page_reader import WebPageReader, chunk_document_id
-from docqa.ingestion.chunking import ChunkSpec, build_chunks
-from docqa.ingestion.converters import convert_bytes
+from docqa.conversion.chunking import ChunkSpec, build_chunks
+from docqa.conversion.converters import convert_bytes
 from tests.support.conversion_bombs import slow_pdf, zip_bomb_docx
 from tests.support.loopback_http import LoopbackSite, Route, delayed, reply, trickle
 

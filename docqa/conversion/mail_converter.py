@@ -20,9 +20,9 @@ from email.message import EmailMessage
 from pathlib import PurePath
 from typing import Any
 
+from docqa.conversion.conversion_box import ConversionLimits
+from docqa.conversion.sections import Section, within
 from docqa.errors import DocqaError, UnreadableFileError, UnsupportedFileError
-from docqa.ingestion.conversion_box import ConversionLimits
-from docqa.ingestion.sections import Section, within
 
 # Attachments read per message, and messages attached within messages: a mail is not an archive format.
 MAX_ATTACHMENTS = 50
@@ -53,7 +53,7 @@ def convert_msg(data: bytes, name: str, limits: ConversionLimits,
     """Haystack's `MSGToDocument` reads the headers, body and attachments of an Outlook message."""
     from haystack.components.converters import MSGToDocument
 
-    from docqa.ingestion.haystack_runs import run_converter
+    from docqa.conversion.haystack_runs import run_converter
 
     outputs = run_converter(MSGToDocument(), data, PurePath(name).name, "msg")
     content = outputs["documents"][0].content or ""
@@ -91,7 +91,7 @@ def _message_sections(headers: str, body: str, subject: str, attachments: list[t
 
 def _convert_attachment(filename: str, payload: bytes | None, name: str, limits: ConversionLimits,
                         depth: int) -> list[Section]:
-    from docqa.ingestion.converters import check_container, extract_sections, file_type_of
+    from docqa.conversion.converters import check_container, extract_sections, file_type_of
 
     label = f"{name} › {filename}"
     file_type = file_type_of(filename)
@@ -115,7 +115,7 @@ def _body(message: EmailMessage) -> str:
     if isinstance(content, bytes):
         content = content.decode("utf-8", "replace")
     if part.get_content_type() == "text/html":
-        from docqa.ingestion.converters import extract_text
+        from docqa.conversion.converters import extract_text
 
         content, _ = extract_text("html", content.encode("utf-8"), "body.html")
     return str(content)

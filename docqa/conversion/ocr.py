@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from docqa.conversion.conversion_box import ConversionLimits
+from docqa.conversion.sections import Section
 from docqa.errors import FileTooLargeError, UnreadableFileError
-from docqa.ingestion.conversion_box import ConversionLimits
-from docqa.ingestion.sections import Section
 
 # A page with less text than this in its text layer is treated as a scan (a stamp or a page number is not text).
 MIN_PAGE_CHARS = 16

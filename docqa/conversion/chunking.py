@@ -28,7 +28,7 @@ from typing import Any
 from haystack import Document
 
 from docqa.access import validate_access_meta
-from docqa.ingestion.sections import Section, Table, location_label, location_meta
+from docqa.conversion.sections import Section, Table, location_label, location_meta
 
 _SEPARATOR = "\x1f"  # cannot occur in a tenant or source id typed by a person, so the id parts never blur
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")

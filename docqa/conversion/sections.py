@@ -2,7 +2,7 @@
 
 A converter hands back `Section`s instead of one flat text, so every chunk can say where in its file it stands
 (`location_meta`, `location_label`): that is what a citation names and what "show in context" opens. A section
-holding a `Table` is chunked by rows with the table's header repeated in every chunk (`docqa.ingestion.chunking`).
+holding a `Table` is chunked by rows with the table's header repeated in every chunk (`docqa.conversion.chunking`).
 
 Usage:
     Section("Revenue grew 4%.", {"slide": 3})

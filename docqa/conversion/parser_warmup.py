@@ -49,7 +49,7 @@ def _xlsx() -> bytes:
 
 
 def warm_up() -> None:
-    from docqa.ingestion.converters import extract_text
+    from docqa.conversion.converters import extract_text
 
     samples = [
         ("html", lambda: b"<html><head><title>w</title></head><body><p>warm up the extractor</p></body></html>"),

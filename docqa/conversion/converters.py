@@ -1,7 +1,7 @@
 """File bytes -> text at its places (pages, slides, sheets, mail parts) and a title.
 
 Types: text, Markdown, HTML, PDF (scanned pages by OCR), DOCX, PPTX, XLSX, CSV, ODT, ODS, ODP, RTF, EML, MSG and
-images (PNG, JPEG, TIFF, by OCR). A converter returns `Section`s (`docqa.ingestion.sections`): a PDF one per page,
+images (PNG, JPEG, TIFF, by OCR). A converter returns `Section`s (`docqa.conversion.sections`): a PDF one per page,
 a deck one per slide (speaker notes included), a spreadsheet one table per sheet, a mail message its headers and
 body, then each attachment converted in turn as its own part.
 
@@ -11,7 +11,7 @@ an unknown suffix is `UnsupportedFileError`, a corrupt, encrypted, undecodable o
 the bytes are read), as is an archive declaring too much, a sheet with too many rows, a scan with too many pages
 or a conversion over its memory limit.
 
-Files are parsed in a box (`docqa.ingestion.conversion_box`): ZIP-based files (DOCX, PPTX, XLSX, ODF) are checked
+Files are parsed in a box (`docqa.conversion.conversion_box`): ZIP-based files (DOCX, PPTX, XLSX, ODF) are checked
 first (`ZIP_FILE_TYPES`), then everything but small text and Markdown is converted in a child process within
 `ConversionLimits` (memory, wall time, plus `ocr_timeout_s` for files that may need OCR), so the parsers and
 Tesseract never run in the caller's process.
@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 
+from docqa.conversion.conversion_box import ConversionLimits, check_zip_archive, preload_in_box, run_in_box
+from docqa.conversion.sections import Section
 from docqa.errors import FileTooLargeError, UnreadableFileError, UnsupportedFileError
-from docqa.ingestion.conversion_box import ConversionLimits, check_zip_archive, preload_in_box, run_in_box
-from docqa.ingestion.sections import Section
 
 FILE_TYPES: dict[str, str] = {
     ".txt": "text",
@@ -70,7 +70,7 @@ IN_PROCESS_TYPES = frozenset({"text", "markdown"})
 IN_PROCESS_MAX_BYTES = 256 * 1024
 
 # The box's server imports and warms the parsers once; the caller's process never imports them.
-preload_in_box("docqa.ingestion.parser_warmup")
+preload_in_box("docqa.conversion.parser_warmup")
 
 # Libraries log their own complaints about malformed files; the converter reports one clear error instead.
 for _noisy in ("pypdf", "trafilatura", "htmldate", "courlan"):
@@ -272,23 +272,23 @@ def _docx(data: bytes) -> tuple[str, str | None]:
 def _converter(file_type: str) -> Converter:
     # The office, mail, table and OCR converters import their parsers only when called (inside the box).
     if file_type == "pdf":
-        from docqa.ingestion.ocr import convert_pdf
+        from docqa.conversion.ocr import convert_pdf
 
         return convert_pdf
     if file_type == "image":
-        from docqa.ingestion.ocr import convert_image
+        from docqa.conversion.ocr import convert_image
 
         return convert_image
     if file_type in ("pptx", "odt", "odp", "rtf"):
-        from docqa.ingestion import office_converters
+        from docqa.conversion import office_converters
 
         return office_converters.CONVERTERS[file_type]
     if file_type in ("xlsx", "ods", "csv"):
-        from docqa.ingestion import table_converters
+        from docqa.conversion import table_converters
 
         return table_converters.CONVERTERS[file_type]
     if file_type in ("eml", "msg"):
-        from docqa.ingestion import mail_converter
+        from docqa.conversion import mail_converter
 
         return mail_converter.CONVERTERS[file_type]
     return _CONVERTERS[file_type]

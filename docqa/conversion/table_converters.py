@@ -2,7 +2,7 @@
 
 Each sheet becomes one `Table` section (`sheet`): its first non-empty row is the header, and every other row keeps
 its row number in the file (as the spreadsheet shows it), so a chunk can cite "sheet Q3, rows 2-41". Chunking
-repeats the header in every chunk (`docqa.ingestion.chunking.table_windows`).
+repeats the header in every chunk (`docqa.conversion.chunking.table_windows`).
 
 Large sheets are bounded by `ConversionLimits.max_table_rows` over all sheets of a file: an XLSX whose sheets
 declare more rows fails before they are parsed, and any file fails as soon as it yields more (nothing is cut
@@ -23,9 +23,9 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from docqa.conversion.conversion_box import ConversionLimits
+from docqa.conversion.sections import Section, Table
 from docqa.errors import FileTooLargeError, UnreadableFileError
-from docqa.ingestion.conversion_box import ConversionLimits
-from docqa.ingestion.sections import Section, Table
 
 # Columns kept per row: a sheet wider than this is cut at it (the header says which columns are shown).
 MAX_COLUMNS = 200
@@ -35,7 +35,7 @@ _DIMENSION = re.compile(rb'<dimension ref="[A-Z]+\d+:[A-Z]+(\d+)"')
 def convert_xlsx(data: bytes, name: str, limits: ConversionLimits) -> tuple[list[Section], str | None]:
     from haystack.components.converters import XLSXToDocument
 
-    from docqa.ingestion.haystack_runs import run_converter
+    from docqa.conversion.haystack_runs import run_converter
 
     _check_declared_rows(data, limits)
     documents = run_converter(XLSXToDocument(table_format="csv"), data, name, "xlsx")["documents"]
@@ -56,7 +56,7 @@ def convert_xlsx(data: bytes, name: str, limits: ConversionLimits) -> tuple[list
 def convert_csv(data: bytes, name: str, limits: ConversionLimits) -> tuple[list[Section], str | None]:
     from haystack.components.converters import CSVToDocument
 
-    from docqa.ingestion.haystack_runs import run_converter
+    from docqa.conversion.haystack_runs import run_converter
 
     if b"\x00" in data[:4096]:
         raise UnreadableFileError("cannot parse CSV file (binary content)")
@@ -80,7 +80,7 @@ def convert_ods(data: bytes, name: str, limits: ConversionLimits) -> tuple[list[
     from odf import table as odf_table
     from odf.opendocument import load
 
-    from docqa.ingestion.office_converters import check_not_encrypted
+    from docqa.conversion.office_converters import check_not_encrypted
 
     check_not_encrypted(data, "ODS")
     document = load(io.BytesIO(data))

@@ -13,9 +13,9 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from docqa.conversion.conversion_box import ConversionLimits
+from docqa.conversion.sections import Section
 from docqa.errors import UnreadableFileError
-from docqa.ingestion.conversion_box import ConversionLimits
-from docqa.ingestion.sections import Section
 
 NOTES_HEADING = "Speaker notes:"
 
@@ -24,7 +24,7 @@ def convert_pptx(data: bytes, name: str, limits: ConversionLimits) -> tuple[list
     from haystack.components.converters import PPTXToDocument
     from pptx import Presentation
 
-    from docqa.ingestion.haystack_runs import run_converter
+    from docqa.conversion.haystack_runs import run_converter
 
     # Haystack's converter gives the slides' text, one slide per form feed; the notes come from python-pptx.
     content = run_converter(PPTXToDocument(), data, name, "pptx")["documents"][0].content or ""
