@@ -32,11 +32,12 @@ from docqa.access import AccessScope  # noqa: E402
 from docqa.components.cited_answer_generator import CitedAnswerGenerator  # noqa: E402
 from docqa.components.hybrid_retriever import HybridRetriever  # noqa: E402
 from docqa.components.prompt_templates import load_prompt  # noqa: E402
+from docqa.components.store_retrievers import build_retrievers  # noqa: E402
 from docqa.pipelines.baselines import NoRetrievalPipeline, StandardRAGPipeline  # noqa: E402
 from docqa.pipelines.registry import build_pipeline  # noqa: E402
 from docqa.runtime import Runtime  # noqa: E402
 from docqa.settings import Settings  # noqa: E402
-from docqa.stores.factory import build_document_store, build_retrievers  # noqa: E402
+from docqa.stores.factory import build_document_store  # noqa: E402
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder  # noqa: E402
 from tests.support.scripted_chat import ScriptedChatGenerator  # noqa: E402
 

@@ -24,12 +24,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
 
 from docqa.components.hybrid_retriever import HybridRetriever
+from docqa.components.store_retrievers import build_retrievers
 from docqa.embedding import build_document_embedder, build_text_embedder
 from docqa.evaluation.corpus import read_corpus
 from docqa.evaluation.datasets import load_dataset
 from docqa.evaluation.metrics import recall_at_k
 from docqa.settings import Settings
-from docqa.stores.factory import build_document_store, build_retrievers
+from docqa.stores.factory import build_document_store
 from docqa_eval.datasets import MULTIHOP_DATASETS, shared_data_dir
 
 DEPTH = 10

@@ -35,12 +35,13 @@ from haystack.document_stores.types import DuplicatePolicy
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # docqa_eval is a checkout folder
 
 from docqa.components.hybrid_retriever import HybridRetriever
+from docqa.components.store_retrievers import build_retrievers
 from docqa.components.topic_assigner import TopicAssigner
 from docqa.components.topic_filtered_retriever import TopicFilteredRetriever, TopicMode
 from docqa.embedding import build_document_embedder, build_text_embedder
 from docqa.evaluation.metrics import recall_at_k
 from docqa.settings import Settings
-from docqa.stores.factory import build_document_store, build_retrievers
+from docqa.stores.factory import build_document_store
 from docqa_eval.datasets import MULTIHOP_DATASETS, load_corpus, load_questions, shared_data_dir
 
 TOP_K = 10

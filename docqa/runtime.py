@@ -53,7 +53,7 @@ class Runtime:
     def retriever(self, top_k: int | None = None) -> Any:
         """A fresh hybrid retriever (a Haystack component instance belongs to one pipeline only)."""
         from docqa.components.hybrid_retriever import HybridRetriever
-        from docqa.stores.factory import build_retrievers
+        from docqa.components.store_retrievers import build_retrievers
 
         bm25, dense = build_retrievers(self.document_store, self.settings)
         return HybridRetriever(

@@ -1,11 +1,10 @@
-"""Build the configured document store and its BM25 + dense retriever pair.
+"""Build the configured document store (its retrievers: `docqa.components.store_retrievers`).
 
 The embedded store under `settings.store_dir()` is the default; `DOCQA_ELASTICSEARCH_URL` switches to
 Elasticsearch (elasticsearch-haystack) with an explicit mapping where the access-control fields are keywords.
 
 Usage:
     store = build_document_store(settings)
-    bm25, dense = build_retrievers(store, settings)
 """
 
 from __future__ import annotations
@@ -55,27 +54,6 @@ def build_document_store(settings: Settings, *, index: str | None = None) -> Any
         # An env-var secret stays serialisable; the value comes from the same DOCQA_ variable as the setting.
         api_key=Secret.from_env_var("DOCQA_ELASTICSEARCH_API_KEY", strict=False),
     )
-
-
-def build_retrievers(store: Any, settings: Settings) -> tuple[Any, Any]:
-    """(bm25_retriever, embedding_retriever) for `store`, each returning `settings.retrieval_candidates`."""
-    top_k = settings.retrieval_candidates
-    if isinstance(store, EmbeddedDocumentStore):
-        from docqa.components.embedded_bm25_retriever import EmbeddedBM25Retriever
-        from docqa.components.embedded_embedding_retriever import EmbeddedEmbeddingRetriever
-
-        return EmbeddedBM25Retriever(document_store=store, top_k=top_k), EmbeddedEmbeddingRetriever(
-            document_store=store, top_k=top_k
-        )
-    from haystack_integrations.components.retrievers.elasticsearch import (
-        ElasticsearchBM25Retriever,
-        ElasticsearchEmbeddingRetriever,
-    )
-
-    # Exact terms: fuzzy matching would let near-miss words pull in unrelated passages.
-    return ElasticsearchBM25Retriever(
-        document_store=store, top_k=top_k, fuzziness="0"
-    ), ElasticsearchEmbeddingRetriever(document_store=store, top_k=top_k)
 
 
 def _space(settings: Settings) -> str | None:

@@ -13,8 +13,8 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from docqa.access import AccessScope, restrict
 from docqa.components.hybrid_retriever import HybridRetriever
+from docqa.components.store_retrievers import build_retrievers
 from docqa.settings import Settings
-from docqa.stores.factory import build_retrievers
 
 DIM = 64
 

@@ -9,12 +9,13 @@ from docqa.access import AccessScope
 from docqa.components.cited_answer_generator import CitedAnswerGenerator
 from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.components.prompt_templates import load_prompt
+from docqa.components.store_retrievers import build_retrievers
 from docqa.errors import InvalidOptionsError, InvalidQuestionError, UnknownPipelineError
 from docqa.pipelines.baselines import NoRetrievalPipeline, StandardRAGPipeline
 from docqa.pipelines.registry import available_pipelines, build_pipeline
 from docqa.runtime import Runtime
 from docqa.settings import Settings
-from docqa.stores.factory import build_document_store, build_retrievers
+from docqa.stores.factory import build_document_store
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
 from tests.support.scripted_chat import ScriptedChatGenerator
 

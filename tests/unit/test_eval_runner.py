@@ -17,6 +17,7 @@ from docqa.access import AccessScope
 from docqa.audit.models import AuditTrace
 from docqa.audit.recorder import audit_session
 from docqa.components.hybrid_retriever import HybridRetriever
+from docqa.components.store_retrievers import build_retrievers
 from docqa.errors import DocqaError, InvalidOptionsError
 from docqa.evaluation.corpus import ensure_corpus
 from docqa.evaluation.datasets import EvalQuestion, load_dataset
@@ -24,7 +25,7 @@ from docqa.evaluation.report import SUMMARY_COLUMNS, write_reports
 from docqa.evaluation.runner import RESULTS_FILE, read_results, run_evaluation
 from docqa.runtime import Runtime
 from docqa.settings import Settings
-from docqa.stores.factory import build_document_store, build_retrievers
+from docqa.stores.factory import build_document_store
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
 from tests.support.scripted_chat import ScriptedChatGenerator
 

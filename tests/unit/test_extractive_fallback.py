@@ -9,11 +9,12 @@ from docqa.access import AccessScope
 from docqa.components.cited_answer_generator import CitedAnswerGenerator
 from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.components.prompt_templates import load_prompt
+from docqa.components.store_retrievers import build_retrievers
 from docqa.extractive_fallback import extract_answer, split_sentences, unusable_reason
 from docqa.pipelines.baselines import StandardRAGPipeline
 from docqa.result import Step
 from docqa.settings import Settings
-from docqa.stores.factory import build_document_store, build_retrievers
+from docqa.stores.factory import build_document_store
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
 from tests.support.scripted_chat import ScriptedChatGenerator
 

@@ -16,11 +16,12 @@ from docqa.access import AccessScope
 from docqa.components.cited_answer_generator import CitedAnswerGenerator
 from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.components.prompt_templates import load_prompt
+from docqa.components.store_retrievers import build_retrievers
 from docqa.ingestion.pipeline import ingest_paths
 from docqa.pipelines.baselines import StandardRAGPipeline
 from docqa.runtime import Runtime
 from docqa.settings import Settings
-from docqa.stores.factory import build_document_store, build_retrievers
+from docqa.stores.factory import build_document_store
 from tests.support.hash_embedder import HashTextEmbedder
 from tests.support.ingestion_fakes import CountingEmbedder
 from tests.support.office_files import (

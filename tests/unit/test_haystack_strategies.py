@@ -15,6 +15,7 @@ from docqa.components.embedded_bm25_retriever import EmbeddedBM25Retriever
 from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.components.prompt_templates import load_prompt
 from docqa.components.prompted_llm import inner_step_kinds
+from docqa.components.store_retrievers import build_retrievers
 from docqa.errors import ConfigurationError, InvalidOptionsError, LLMUnavailableError
 from docqa.llm.role_generator import RoleChatGenerator
 from docqa.pipelines import resp
@@ -24,7 +25,7 @@ from docqa.pipelines.registry import available_pipelines, build_pipeline, set_fi
 from docqa.pipelines.yaml_strategies import StrategyFileError, export_strategy, load_pipelines_dir, load_strategy
 from docqa.runtime import Runtime
 from docqa.settings import Settings
-from docqa.stores.factory import build_document_store, build_retrievers
+from docqa.stores.factory import build_document_store
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
 from tests.support.scripted_chat import ScriptedChatGenerator
 from tests.support.server_app import auth, build_test_app
