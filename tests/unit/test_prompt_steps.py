@@ -13,7 +13,7 @@ from docqa.components.cited_answer_generator import CitedAnswerGenerator
 from docqa.components.cot_answer_generator import CoTAnswerGenerator
 from docqa.components.llm_generation import ConstrainedGeneration
 from docqa.components.memory_answer_generator import MemoryAnswerGenerator
-from docqa.components.mspr_state import MSPRState, Phase
+from docqa.components.mspr_state import MSPRState, Observation, Phase, SourceVerdict
 from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.components.query_rewriter import QueryRewriter
 from docqa.components.reply_parsers import (
@@ -24,6 +24,7 @@ from docqa.components.reply_parsers import (
 )
 from docqa.components.resp_memory import GlobalEvidence, ReSPMemory
 from docqa.components.resp_reasoner import ReSPJudge, ReSPPlanner, SubQuestionPlanParser
+from docqa.components.source_preference_judge import SourcePreferenceJudge
 from docqa.llm.role_generator import RoleChatGenerator
 from docqa.pipelines.baselines import NoRetrievalPipeline
 from docqa.pipelines.yaml_strategies import ALLOWED_MODULES, load_strategy
@@ -206,3 +207,27 @@ class TestAnswerReview:
         out = AnswerReviewer(llm).run(state=state)
         assert (out["review"]["passed"], out["review"]["model_verdict"]) == (passed, verdict)
         assert len(llm.calls) == (0 if verdict is None else 1)
+
+
+class TestSourcePreference:
+    def _state(self, *observed: tuple[Document, ...]) -> MSPRState:
+        observations = tuple(Observation(step=i, source="collection:main", query="q", documents=docs)
+                             for i, docs in enumerate(observed))
+        return MSPRState(question="Where?", sources=("collection:main",), observations=observations)
+
+    def test_new_passages_are_judged_once_and_the_verdict_is_typed_in_the_state(self):
+        llm = ScriptedChatGenerator(default='{"answer": "No"}')
+        out = SourcePreferenceJudge(llm).run(state=self._state((DOCS[0],), (DOCS[0], DOCS[1])))
+        assert llm.calls[0]["prompt"].split("New passages:\n")[1].startswith("- Macbeth is set in Scotland.\n\n")
+        verdict = out["state"].verdicts[-1]
+        assert isinstance(verdict, SourceVerdict) and out["verdict"] == verdict.to_dict()
+        assert (verdict.adds_information, verdict.model_verdict, verdict.new_document_ids) == (
+            False, "no", (DOCS[1].id,))
+        assert out["state"].phase == Phase.JUDGED
+
+    def test_nothing_new_is_no_without_a_call_and_an_unreadable_verdict_stays(self):
+        llm = ScriptedChatGenerator(default="hmm")
+        out = SourcePreferenceJudge(llm).run(state=self._state((DOCS[0],), (DOCS[0],)))
+        assert llm.calls == [] and out["verdict"]["adds_information"] is False
+        out = SourcePreferenceJudge(llm).run(state=self._state((DOCS[0],), (DOCS[1],)))
+        assert out["verdict"]["adds_information"] is True and out["verdict"]["model_verdict"] == "unreadable"
