@@ -135,7 +135,7 @@ def _truncated_completion(exc: Exception) -> dict[str, Any] | None:
     return {"replies": [ChatMessage.from_assistant(text, meta=meta)]}
 
 
-def _bounded(generation_kwargs: dict[str, Any], prompt: str) -> dict[str, Any]:
+def bounded_kwargs(generation_kwargs: dict[str, Any], prompt: str) -> dict[str, Any]:
     """The kwargs with a checked token cap, after counting the call against the run's budget (if any)."""
     control = current_run()
     requested = generation_kwargs.get("max_tokens")
@@ -152,7 +152,7 @@ def _call(
 ) -> tuple[str, ChatMessage | None]:
     """One traced call (a `docqa.llm.call` span). A refused request raises the SDK error when `raise_rejected` (to
     try another request shape), else `LLMUnavailableError` like every endpoint failure."""
-    generation_kwargs = _bounded(generation_kwargs, prompt)
+    generation_kwargs = bounded_kwargs(generation_kwargs, prompt)
     constrained = "response_format" in generation_kwargs
     # An answer streams its tokens to the asker when the server listens (constrained output never does).
     streaming = None if constrained else answer_streaming_callback(purpose, prompt)

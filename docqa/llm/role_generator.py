@@ -24,7 +24,7 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
-from docqa.llm.calls import usage_from
+from docqa.llm.calls import bounded_kwargs, usage_from
 from docqa.settings import LLM_ROLES
 from docqa.spans import llm_call_open, llm_call_span
 from docqa.token_stream import accepts_streaming_callback
@@ -85,7 +85,10 @@ class RoleChatGenerator:
         if llm_call_open():  # the LLM helper that called this generator traces the call
             return self._run_delegate(messages, generation_kwargs, streaming_callback)
         prompt = _prompt_text(messages)
-        constrained = "response_format" in (generation_kwargs or {})
+        # A node of its own (a YAML strategy's prompt -> model step) counts against the run's budget and token cap
+        # exactly like the LLM helpers' calls: the graph, not a wrapper, carries the guarantee.
+        generation_kwargs = bounded_kwargs(dict(generation_kwargs or {}), prompt)
+        constrained = "response_format" in generation_kwargs
         with llm_call_span(prompt, purpose=self.role, constrained=constrained) as call:
             result = self._run_delegate(messages, generation_kwargs, streaming_callback)
             replies = result.get("replies") or []
