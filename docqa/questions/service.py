@@ -174,8 +174,11 @@ class QuestionService:
         :raises QueryTimedOutError, QueryCancelledError: the run was stopped (its trace says so).
         """
         prepared = question if isinstance(question, Question) else self.prepare(question, asker)
-        control = control or RunControl.from_settings(self.settings, timeout_s=self.timeout_s)
+        control = self._controlled(prepared, asker, control)
+        self.active_runs.add(control)
         try:
+            if self.stopping:
+                control.stop(OUTCOME_CANCELLED)
             result = self._run(prepared, asker, control, on_step, on_token)
         except KeyboardInterrupt:
             # Interrupted at the terminal: the question still leaves its one trace, marked cancelled.
@@ -183,6 +186,8 @@ class QuestionService:
             raise
         except RunStopped as exc:
             raise stopped_error(exc.outcome, self.timeout_s) from None
+        finally:
+            self.active_runs.discard(control)
         return Answer(prepared, result, self._store_turn(prepared, asker, result))
 
     async def ask(self, question: Ask | Question, asker: Asker, *, on_step: StepSink | None = None,
@@ -238,37 +243,36 @@ class QuestionService:
         """Build or reuse the strategy and run it with its trace, in this thread."""
         control.check()  # stopped while queued for a thread: build nothing
         built = self.pipelines.get(question.strategy, question.options)
+        leading = question.leading_steps()
         run = AuditedRun(
             built.pipeline, question.text, asker.scope, asker.asked_by, self.settings, filters=question.filters,
-            run_options=question.run_inputs, control=control, run_data={"selection": dict(question.selection),
-                                                      # who the question was asked as: CLI and eval askers are
-                                                      # no users, so "who could read this?" asks about these
-                                                      "asked_as": asker.scope.effective_principals},
-            leading_steps=question.leading_steps(), strategy_hash=built.config_hash,
+            run_options=question.run_inputs, control=control, run_data=_run_data(question, asker),
+            leading_steps=leading, strategy_hash=built.config_hash,
         )
         with ExitStack() as listening:
             if on_step is not None:
-                for step in question.leading_steps():
+                for step in leading:
                     on_step(step)
                 listening.enter_context(listen_to_steps(on_step))
             if on_token is not None:
                 listening.enter_context(stream_answer_tokens(on_token))
-            self.active_runs.add(control)
-            try:
-                return run.run()
-            finally:
-                self.active_runs.discard(control)
+            return run.run()
 
-    async def _run_async(self, question: Question, asker: Asker, on_step: StepSink | None,
-                         on_token: TokenSink | None, disconnected: Disconnected | None) -> PipelineResult:
-        control = RunControl.from_settings(self.settings, timeout_s=self.timeout_s)
-        # Until the run has started in its thread, a stop still leaves a trace (written by this fallback).
+    def _controlled(self, question: Question, asker: Asker, control: RunControl | None = None) -> RunControl:
+        """The run's control (default: the settings' limits and the service's timeout), tracing a stop that comes
+        before the run has started in its thread (`AuditedRun` takes over once it has)."""
+        control = control or RunControl.from_settings(self.settings, timeout_s=self.timeout_s)
         control.on_stop(lambda outcome: record_stopped_before_start(
             self.settings, outcome, asked_by=asker.asked_by, tenant=asker.tenant, question=question.text,
             pipeline=question.strategy, config={"pipeline": question.strategy,
                                                 "options": question.options.build_kwargs(),
-                                                "selection": dict(question.selection)},
+                                                **_run_data(question, asker)},
         ))
+        return control
+
+    async def _run_async(self, question: Question, asker: Asker, on_step: StepSink | None,
+                         on_token: TokenSink | None, disconnected: Disconnected | None) -> PipelineResult:
+        control = self._controlled(question, asker)
         self.active_runs.add(control)
         if self.stopping:
             # The process is shutting down: no run begins now, and the question is traced `cancelled`.
@@ -305,6 +309,16 @@ class QuestionService:
         if question.conversation_id is None:
             return None
         return store_turn(self.sessions, asker, question.conversation_id, question.asked, result)
+
+
+def _run_data(question: Question, asker: Asker) -> dict[str, Any]:
+    """What the trace records of the run beside the strategy's config, in every outcome."""
+    return {
+        "selection": dict(question.selection),
+        # Who the question was asked as: CLI and eval askers are no users, so "who could read this?" asks about
+        # these principals.
+        "asked_as": asker.scope.effective_principals,
+    }
 
 
 async def _until(disconnected: Disconnected) -> None:

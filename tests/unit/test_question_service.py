@@ -254,3 +254,14 @@ class TestStops:
         assert [kind for kind, _ in events] == ["selection", "step", "step", "step", "result"]
         assert [data["kind"] for kind, data in events if kind == "step"] == ["rewrite", "retrieval", "generation"]
         assert events[-1][1].result.trace_id == traces(settings)[0].id
+
+    def test_an_answer_in_this_thread_is_refused_too_once_stopping(self, settings, monkeypatch):
+        pipeline = SteppedPipeline()
+        service = service_with(monkeypatch, settings, pipeline)
+        service.close()
+        with pytest.raises(QueryCancelledError):
+            service.answer(Ask("Who?", strategy="no_retrieval"), ASKER)
+        assert not pipeline.inside.is_set() and service.active_runs == set()
+        [trace] = traces(settings)
+        assert trace.status == "cancelled"
+        assert trace.config["asked_as"] == ASKER.scope.effective_principals
