@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 
 import anyio
@@ -28,6 +29,7 @@ from docqa.server.context import ServerContext
 from docqa.server.limits import QuerySlots, build_rate_limiter
 from docqa.server.mcp.app import build_mcp_server
 from docqa.server.mcp.auth_bridge import check_role
+from docqa.server.shutdown import WRITE_WAIT_S, stop_runs_now
 from docqa.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -86,17 +88,19 @@ def serve_stdio(config: ServerSettings, caller: Caller) -> None:
         return caller
 
     server = build_mcp_server(context, caller_of)
-    # An assistant ends its server with SIGTERM: leave through `finally`, so runs in progress are traced.
-    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+
+    def exit_now(signum: int, _frame: object) -> None:
+        # An assistant ends its server with SIGTERM, often with stdin still open (whose reader thread an orderly
+        # exit would wait for): runs in progress are stopped and traced `cancelled`, then the process ends.
+        stop_runs_now(context).join(WRITE_WAIT_S)
+        os._exit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
     try:
         anyio.run(server.run_stdio_async)
     finally:
         signal.signal(signal.SIGTERM, previous)
         context.close()
-
-
-def _exit_on_signal(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
 
 
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
