@@ -18,6 +18,7 @@ from docqa.audit.events import RESULT_FAILURE, RESULT_SUCCESS, record_event
 from docqa.settings import Settings
 
 logger = logging.getLogger(__name__)
+# What the runs' selection and the access events name as the way in.
 CHANNEL = "mcp"
 
 

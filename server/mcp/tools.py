@@ -27,13 +27,12 @@ from docqa.questions import AUTO, Ask, Asker
 from docqa.result import PipelineResult
 from docqa.server.api_errors import ApiError
 from docqa.server.context import ServerContext
-from docqa.server.mcp.access_events import record_read
+from docqa.server.mcp.access_events import CHANNEL, record_read
 from docqa.server.mcp.errors import tool_error, tool_errors
 from docqa.server.mcp.progress import StepProgress
 from docqa.server.routes.passages import PassageContext, passage_context
 from docqa.server.schemas import OptionValue
 
-CHANNEL = "mcp"
 MAX_TOP_K = 50
 # Resolves who is calling a tool; raises a ToolError (or an ApiError) when nobody may.
 CallerOf = Callable[[Context], Caller]
