@@ -119,6 +119,13 @@ class TestConstrainedGeneration:
                 generation.run(prompt=_prompt("two"))
         assert [call["generation_kwargs"]["max_tokens"] for call in llm.calls] == [4]
 
+    def test_a_role_generator_behind_it_counts_the_call_once(self):
+        llm = ScriptedChatGenerator(default="ok")
+        generation = ConstrainedGeneration(RoleChatGenerator("generator", llm), max_tokens=8)
+        with RunControl(max_llm_calls=1, max_completion_tokens=100, max_prompt_chars=1000).active():
+            assert generation.run(prompt=_prompt("one"))["replies"][0].text == "ok"
+        assert len(llm.calls) == 1
+
     @pytest.mark.parametrize("kwargs", [{"max_tokens": 0}, {"output": "xml"}, {"output": "json"}])
     def test_bad_settings_are_refused(self, kwargs):
         with pytest.raises(ValueError):
