@@ -378,7 +378,7 @@ class TestDocumentEvents:
         ingest_paths(runtime, [path], "acme", ["group:finance"], embedder=CountingEmbedder())  # unchanged: skipped
         [written] = events_of(settings)
         chunk_ids = [d.id for d in runtime.document_store.filter_documents()]
-        assert (written.action, written.target, written.tenant) == (ev.DOCUMENT_INGESTED, f"document:{path}", "acme")
+        assert (written.action, written.target, written.tenant) == (ev.DOCUMENT_INGESTED, "document:memo.txt", "acme")
         assert written.after["access"] == ["group:finance"] and sorted(written.after["chunk_ids"]) == sorted(chunk_ids)
         assert written.actor.startswith("cli:")
 
