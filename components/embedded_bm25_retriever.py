@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
-from haystack.document_stores.types import FilterPolicy, apply_filter_policy
+from haystack import Document, component
 
-from docqa.stores.embedded import EmbeddedDocumentStore
+from docqa.components.embedded_store_retriever import EmbeddedStoreRetriever
 
 
 @component
-class EmbeddedBM25Retriever:
+class EmbeddedBM25Retriever(EmbeddedStoreRetriever):
     """Keyword retrieval (BM25, OR over the query terms) with Haystack filters applied before ranking.
 
     Usage:
@@ -24,24 +23,6 @@ class EmbeddedBM25Retriever:
     :param scale_score: map scores into (0, 1) as Haystack's in-memory store does.
     :param filter_policy: `REPLACE` (run-time filters win) or `MERGE` (both apply).
     """
-
-    def __init__(
-        self,
-        document_store: EmbeddedDocumentStore,
-        filters: dict[str, Any] | None = None,
-        top_k: int = 10,
-        scale_score: bool = False,
-        filter_policy: FilterPolicy = FilterPolicy.REPLACE,
-    ) -> None:
-        if not isinstance(document_store, EmbeddedDocumentStore):
-            raise ValueError("document_store must be an EmbeddedDocumentStore")
-        if top_k < 1:
-            raise ValueError("top_k must be at least 1")
-        self.document_store = document_store
-        self.filters = filters or {}
-        self.top_k = top_k
-        self.scale_score = scale_score
-        self.filter_policy = FilterPolicy.from_str(filter_policy) if isinstance(filter_policy, str) else filter_policy
 
     @component.output_types(documents=list[Document])
     def run(
@@ -59,13 +40,8 @@ class EmbeddedBM25Retriever:
         :param scale_score: overrides the init `scale_score`.
         :returns: `{"documents": [...]}` best first, each with `score` set.
         """
-        documents = self.document_store.bm25_retrieval(
-            query=query,
-            filters=apply_filter_policy(self.filter_policy, self.filters, filters),
-            top_k=top_k or self.top_k,
-            scale_score=self.scale_score if scale_score is None else scale_score,
-        )
-        return {"documents": documents}
+        arguments = self._search_arguments(filters, top_k, scale_score)
+        return {"documents": self.document_store.bm25_retrieval(query=query, **arguments)}
 
     @component.output_types(documents=list[Document])
     async def run_async(
@@ -75,29 +51,5 @@ class EmbeddedBM25Retriever:
         top_k: int | None = None,
         scale_score: bool | None = None,
     ) -> dict[str, list[Document]]:
-        documents = await self.document_store.bm25_retrieval_async(
-            query=query,
-            filters=apply_filter_policy(self.filter_policy, self.filters, filters),
-            top_k=top_k or self.top_k,
-            scale_score=self.scale_score if scale_score is None else scale_score,
-        )
-        return {"documents": documents}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            document_store=self.document_store.to_dict(),
-            filters=self.filters,
-            top_k=self.top_k,
-            scale_score=self.scale_score,
-            filter_policy=self.filter_policy.value,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EmbeddedBM25Retriever:
-        params = dict(data["init_parameters"])
-        data = {**data, "init_parameters": params}
-        params["document_store"] = EmbeddedDocumentStore.from_dict(params["document_store"])
-        if "filter_policy" in params:
-            params["filter_policy"] = FilterPolicy.from_str(params["filter_policy"])
-        return default_from_dict(cls, data)
+        arguments = self._search_arguments(filters, top_k, scale_score)
+        return {"documents": await self.document_store.bm25_retrieval_async(query=query, **arguments)}

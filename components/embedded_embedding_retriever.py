@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
-from haystack.document_stores.types import FilterPolicy, apply_filter_policy
+from haystack import Document, component
+from haystack.document_stores.types import FilterPolicy
 
+from docqa.components.embedded_store_retriever import EmbeddedStoreRetriever
 from docqa.stores.embedded import EmbeddedDocumentStore
 
 
 @component
-class EmbeddedEmbeddingRetriever:
+class EmbeddedEmbeddingRetriever(EmbeddedStoreRetriever):
     """Nearest neighbours of a query embedding (exact search), with Haystack filters applied before ranking.
 
     Usage:
@@ -35,16 +36,21 @@ class EmbeddedEmbeddingRetriever:
         return_embedding: bool = False,
         filter_policy: FilterPolicy = FilterPolicy.REPLACE,
     ) -> None:
-        if not isinstance(document_store, EmbeddedDocumentStore):
-            raise ValueError("document_store must be an EmbeddedDocumentStore")
-        if top_k < 1:
-            raise ValueError("top_k must be at least 1")
-        self.document_store = document_store
-        self.filters = filters or {}
-        self.top_k = top_k
-        self.scale_score = scale_score
+        # Named base, not super(): @component rebuilds the class, so super()'s implicit class is not this one.
+        EmbeddedStoreRetriever.__init__(self, document_store, filters, top_k, scale_score, filter_policy)
         self.return_embedding = return_embedding
-        self.filter_policy = FilterPolicy.from_str(filter_policy) if isinstance(filter_policy, str) else filter_policy
+
+    def _embedding_search_arguments(
+        self,
+        filters: dict[str, Any] | None,
+        top_k: int | None,
+        scale_score: bool | None,
+        return_embedding: bool | None,
+    ) -> dict[str, Any]:
+        return {
+            **self._search_arguments(filters, top_k, scale_score),
+            "return_embedding": self.return_embedding if return_embedding is None else return_embedding,
+        }
 
     @component.output_types(documents=list[Document])
     def run(
@@ -64,14 +70,8 @@ class EmbeddedEmbeddingRetriever:
         :param return_embedding: overrides the init `return_embedding`.
         :returns: `{"documents": [...]}` best first, each with `score` set.
         """
-        documents = self.document_store.embedding_retrieval(
-            query_embedding=query_embedding,
-            filters=apply_filter_policy(self.filter_policy, self.filters, filters),
-            top_k=top_k or self.top_k,
-            scale_score=self.scale_score if scale_score is None else scale_score,
-            return_embedding=self.return_embedding if return_embedding is None else return_embedding,
-        )
-        return {"documents": documents}
+        arguments = self._embedding_search_arguments(filters, top_k, scale_score, return_embedding)
+        return {"documents": self.document_store.embedding_retrieval(query_embedding=query_embedding, **arguments)}
 
     @component.output_types(documents=list[Document])
     async def run_async(
@@ -82,31 +82,9 @@ class EmbeddedEmbeddingRetriever:
         scale_score: bool | None = None,
         return_embedding: bool | None = None,
     ) -> dict[str, list[Document]]:
-        documents = await self.document_store.embedding_retrieval_async(
-            query_embedding=query_embedding,
-            filters=apply_filter_policy(self.filter_policy, self.filters, filters),
-            top_k=top_k or self.top_k,
-            scale_score=self.scale_score if scale_score is None else scale_score,
-            return_embedding=self.return_embedding if return_embedding is None else return_embedding,
-        )
+        arguments = self._embedding_search_arguments(filters, top_k, scale_score, return_embedding)
+        documents = await self.document_store.embedding_retrieval_async(query_embedding=query_embedding, **arguments)
         return {"documents": documents}
 
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            document_store=self.document_store.to_dict(),
-            filters=self.filters,
-            top_k=self.top_k,
-            scale_score=self.scale_score,
-            return_embedding=self.return_embedding,
-            filter_policy=self.filter_policy.value,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EmbeddedEmbeddingRetriever:
-        params = dict(data["init_parameters"])
-        data = {**data, "init_parameters": params}
-        params["document_store"] = EmbeddedDocumentStore.from_dict(params["document_store"])
-        if "filter_policy" in params:
-            params["filter_policy"] = FilterPolicy.from_str(params["filter_policy"])
-        return default_from_dict(cls, data)
+    def _init_parameters(self) -> dict[str, Any]:
+        return {**EmbeddedStoreRetriever._init_parameters(self), "return_embedding": self.return_embedding}
