@@ -31,7 +31,24 @@ class QAPipeline(Protocol):
         ...
 
 
-def validate_question(question: str, max_chars: int) -> str:
+class ValidatedQuestion(str):
+    """A question `validate_question` accepted, with the length limit it was checked against: a strategy run given
+    one does not check it again (the question service validates once per request)."""
+
+    max_chars: int
+
+    def __new__(cls, text: str, max_chars: int) -> ValidatedQuestion:
+        checked = super().__new__(cls, text)
+        checked.max_chars = max_chars
+        return checked
+
+
+def is_validated(question: str, max_chars: int) -> bool:
+    """True when `question` was validated against a limit no looser than `max_chars`."""
+    return isinstance(question, ValidatedQuestion) and question.max_chars <= max_chars
+
+
+def validate_question(question: str, max_chars: int) -> ValidatedQuestion:
     """Strip and check a question; raises `InvalidQuestionError` with a one-line reason."""
     if not isinstance(question, str):
         raise InvalidQuestionError("question must be a string")
@@ -40,7 +57,7 @@ def validate_question(question: str, max_chars: int) -> str:
         raise InvalidQuestionError("question is empty")
     if len(cleaned) > max_chars:
         raise InvalidQuestionError(f"question is {len(cleaned)} characters long; the limit is {max_chars}")
-    return cleaned
+    return ValidatedQuestion(cleaned, max_chars)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,13 @@ from docqa.access import AccessScope, restrict
 from docqa.components.grounding_checker import REASON_NO_PASSAGE, no_passage_answer
 from docqa.errors import ConfigurationError
 from docqa.extractive_fallback import LLM_BUDGET_STEP
-from docqa.pipelines.base import GroundingOutcome, citations_from_documents, finish, validate_question
+from docqa.pipelines.base import (
+    GroundingOutcome,
+    citations_from_documents,
+    finish,
+    is_validated,
+    validate_question,
+)
 from docqa.pipelines.grounding import (
     PRINCIPALS_SOCKET,
     ReadablePassages,
@@ -291,7 +297,9 @@ class HaystackStrategy:
 
     def run(self, question: str, scope: AccessScope, filters: dict[str, Any] | None = None,
             **inputs: Any) -> PipelineResult:
-        question = validate_question(question, self.max_question_chars)
+        if not is_validated(question, self.max_question_chars):  # a direct caller, not the question service
+            question = validate_question(question, self.max_question_chars)
+        question = str(question)
         access_filters = restrict(scope, filters)
         data = self.pipeline_data(question, access_filters, inputs, scope.effective_principals)
         ensure_step_tracing()
