@@ -13,6 +13,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from filelock import FileLock
 
 from docqa.settings import Settings
 
@@ -61,6 +62,24 @@ def alembic_config(settings: Settings) -> Config:
 
 def upgrade_database(settings: Settings, revision: str = "head") -> None:
     command.upgrade(alembic_config(settings), revision)
+
+
+_embedded_migrated: set[str] = set()
+
+
+def ensure_embedded_schema(settings: Settings) -> None:
+    """Migrate the embedded SQLite database (no `DOCQA_DATABASE_URL`) once per process, on first use.
+
+    The embedded default needs no setup step, so the first session of the audit trail or of ingestion runs the
+    migrations; a file lock serialises processes that race. A configured database is migrated by `docqa db upgrade`.
+    """
+    url = settings.resolved_database_url()
+    if url in _embedded_migrated:
+        return
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(settings.data_dir / ".migrate.lock")):
+        upgrade_database(settings)
+    _embedded_migrated.add(url)
 
 
 def downgrade_database(settings: Settings, revision: str) -> None:

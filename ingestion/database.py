@@ -9,26 +9,12 @@ from __future__ import annotations
 from sqlalchemy.orm import sessionmaker
 
 from docqa.db import session_factory
+from docqa.schema import ensure_embedded_schema
 from docqa.settings import Settings
-
-_migrated: set[str] = set()
 
 
 def job_sessions(settings: Settings) -> sessionmaker:
     if settings.database_url is None:
-        _migrate_embedded(settings)
+        ensure_embedded_schema(settings)
     return session_factory(settings)
 
-
-def _migrate_embedded(settings: Settings) -> None:
-    url = settings.resolved_database_url()
-    if url in _migrated:
-        return
-    from filelock import FileLock
-
-    from docqa.schema import upgrade_database
-
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(settings.data_dir / ".migrate.lock")):
-        upgrade_database(settings)
-    _migrated.add(url)

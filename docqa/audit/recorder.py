@@ -40,6 +40,7 @@ from docqa.audit.tenant_numbering import TRACE, next_tenant_seq
 from docqa.db import make_engine
 from docqa.result import Citation, LLMUsage, PipelineResult, Step
 from docqa.run_control import OUTCOME_CANCELLED, OUTCOME_TIMED_OUT
+from docqa.schema import ensure_embedded_schema
 from docqa.settings import LLM_ROLES, Settings
 
 logger = logging.getLogger(__name__)
@@ -65,25 +66,8 @@ def _audit_engine(url: str) -> Engine:
 def audit_engine(settings: Settings) -> Engine:
     url = settings.resolved_database_url()
     if settings.database_url is None:
-        _ensure_embedded_schema(settings, url)
+        ensure_embedded_schema(settings)
     return _audit_engine(url)
-
-
-_migrated: set[str] = set()
-
-
-def _ensure_embedded_schema(settings: Settings, url: str) -> None:
-    # The embedded SQLite default needs no setup step; a configured database is migrated by `docqa db upgrade`.
-    if url in _migrated:
-        return
-    from filelock import FileLock
-
-    from docqa.schema import upgrade_database
-
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(settings.data_dir / ".migrate.lock")):
-        upgrade_database(settings)
-    _migrated.add(url)
 
 
 @contextmanager
