@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from docqa.audit.canonical import canonical_bytes, format_timestamp
 from docqa.audit.models import AuditAnchor, AuditEvent, AuditTrace
+from docqa.audit.tenant_numbering import next_tenant_seq
 
 GENESIS_MAC = "0" * 64
 _LINK_DOMAIN = b"docqa-audit-chain-v1\n"
@@ -86,3 +87,19 @@ def chain_tail(session: Session) -> ChainPosition:
         return chain_start(session)
     row = max(found, key=lambda r: int(r.seq))
     return ChainPosition(int(row.seq), row.mac)
+
+
+def append_link(session: Session, row: AuditTrace | AuditEvent, kind: str, key: bytes, payload: bytes) -> None:
+    """Link a built trace or event to the chain tail and stage it; the caller's transaction commits it.
+
+    Traces and events share one sequence of links, so both are appended here: take the chain lock, number the row
+    after the tail (globally and within its tenant for `kind`), chain its MAC over `payload`, flush.
+    """
+    lock_chain(session)
+    tail = chain_tail(session)
+    row.seq = tail.seq + 1
+    row.tenant_seq = next_tenant_seq(session, row.tenant, kind)
+    row.prev_mac = tail.mac
+    row.mac = link_mac(key, row.seq, row.prev_mac, payload)
+    session.add(row)
+    session.flush()

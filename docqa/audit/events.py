@@ -26,11 +26,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from docqa.audit.canonical import canonical_bytes, event_payload
-from docqa.audit.chain import chain_tail, link_mac, lock_chain
+from docqa.audit.chain import append_link
 from docqa.audit.keys import hmac_key
 from docqa.audit.models import AuditEvent
 from docqa.audit.scrub import clean, clean_text, secret_values
-from docqa.audit.tenant_numbering import EVENT, next_tenant_seq
+from docqa.audit.tenant_numbering import EVENT
 from docqa.settings import Settings
 
 RESULT_SUCCESS = "success"
@@ -107,14 +107,7 @@ def append_event(session: Session, settings: Settings, **fields: Any) -> AuditEv
     """
     event = build_event(settings, **fields)
     payload = canonical_bytes(event_payload(event))
-    lock_chain(session)
-    tail = chain_tail(session)
-    event.seq = tail.seq + 1
-    event.tenant_seq = next_tenant_seq(session, event.tenant, EVENT)
-    event.prev_mac = tail.mac
-    event.mac = link_mac(hmac_key(settings), event.seq, event.prev_mac, payload)
-    session.add(event)
-    session.flush()
+    append_link(session, event, EVENT, hmac_key(settings), payload)
     return event
 
 

@@ -31,12 +31,12 @@ from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
 from docqa.audit.canonical import canonical_bytes, trace_payload
-from docqa.audit.chain import IMMEDIATE_SESSION, chain_tail, link_mac, lock_chain
+from docqa.audit.chain import IMMEDIATE_SESSION, append_link
 from docqa.audit.keys import hmac_key
 from docqa.audit.models import STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED, AuditRun, AuditStep, AuditTrace
 from docqa.audit.runs import DEFAULT_GRACE_S, Owner, RunAlreadySettled, open_runs, owner_gone, settle_run
 from docqa.audit.scrub import clean, clean_text, secret_values
-from docqa.audit.tenant_numbering import TRACE, next_tenant_seq
+from docqa.audit.tenant_numbering import TRACE
 from docqa.db import make_engine
 from docqa.result import Citation, LLMUsage, PipelineResult, Step
 from docqa.run_control import OUTCOME_CANCELLED, OUTCOME_TIMED_OUT
@@ -210,14 +210,7 @@ def append_trace(session: Session, trace: AuditTrace, key: bytes) -> None:
     """Link a built trace to the chain tail and stage it; the caller's transaction commits it."""
     # The payload does not depend on the chain position: serialise it before queueing for the lock.
     payload = canonical_bytes(trace_payload(trace))
-    lock_chain(session)
-    tail = chain_tail(session)
-    trace.seq = tail.seq + 1
-    trace.tenant_seq = next_tenant_seq(session, trace.tenant, TRACE)
-    trace.prev_mac = tail.mac
-    trace.mac = link_mac(key, trace.seq, trace.prev_mac, payload)
-    session.add(trace)
-    session.flush()
+    append_link(session, trace, TRACE, key, payload)
 
 
 def build_trace(

@@ -5,7 +5,7 @@ the others did; they see `tenant_seq` instead, and operators keep `seq` to verif
 under the chain lock, in the transaction that appends the link, so numbers follow the chain order without gaps
 or duplicates (a unique index on (tenant, tenant_seq) backs this up).
 
-Usage (inside `lock_chain`, as `append_trace` and `append_event` do):
+Usage (inside `lock_chain`, as `chain.append_link` does):
     trace.tenant_seq = next_tenant_seq(session, trace.tenant, TRACE)
 """
 
