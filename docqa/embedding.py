@@ -165,41 +165,34 @@ def embedding_space(settings: Settings) -> str:
 
 def build_text_embedder(settings: Settings) -> Any:
     """Query embedder of the configured backend; call `warm_up()` before `run` (Pipelines do it for you)."""
-    backend = resolve_backend(settings)
-    if backend != "torch":
-        return OnnxTextEmbedder(
-            model=embedding_model_path(settings),
-            cache_dir=str(export_cache_dir(settings)),
-            quantize=backend == "onnx-int8",
-            threads=settings.embedding_threads,
-        )
-    return SentenceTransformersTextEmbedder(
-        model=embedding_model_path(settings),
-        device=ComponentDevice.from_str("cpu"),
-        local_files_only=True,
-        normalize_embeddings=True,
-        progress_bar=False,
-    )
+    return _build_embedder(settings, OnnxTextEmbedder, SentenceTransformersTextEmbedder)
 
 
 def build_document_embedder(settings: Settings) -> Any:
     """Document embedder writing `Document.embedding`; same model, backend and normalisation as the query one."""
+    return _build_embedder(
+        settings, OnnxDocumentEmbedder, SentenceTransformersDocumentEmbedder, batch_size=settings.embedding_batch_size
+    )
+
+
+def _build_embedder(settings: Settings, onnx_class: type, torch_class: type, **extra: Any) -> Any:
+    # One place builds both embedders, so queries and documents can never differ in model, backend or normalisation.
     backend = resolve_backend(settings)
     if backend != "torch":
-        return OnnxDocumentEmbedder(
+        return onnx_class(
             model=embedding_model_path(settings),
             cache_dir=str(export_cache_dir(settings)),
             quantize=backend == "onnx-int8",
             threads=settings.embedding_threads,
-            batch_size=settings.embedding_batch_size,
+            **extra,
         )
-    return SentenceTransformersDocumentEmbedder(
+    return torch_class(
         model=embedding_model_path(settings),
         device=ComponentDevice.from_str("cpu"),
         local_files_only=True,
         normalize_embeddings=True,
         progress_bar=False,
-        batch_size=settings.embedding_batch_size,
+        **extra,
     )
 
 
