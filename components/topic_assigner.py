@@ -14,10 +14,6 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 
 from docqa.topic_models import (
-    GUIDE_FIELD,
-    PROBABILITY_FIELD,
-    TOPIC_FIELD,
-    VERSION_FIELD,
     FittedTopicModel,
     TopicModelInfo,
     TopicModelStore,
@@ -26,9 +22,7 @@ from docqa.topic_models import (
     topic_model_dir,
 )
 
-# The metadata fields are re-exported: ingestion and the retriever read them from here or from docqa.topic_models.
-__all__ = ["GUIDE_FIELD", "PROBABILITY_FIELD", "TOPIC_FIELD", "VERSION_FIELD", "TenantTopicAssigners",
-           "TopicAssigner", "TopicAssignment", "TopicModelInfo"]
+__all__ = ["TenantTopicAssigners", "TopicAssigner", "TopicAssignment"]
 
 
 @dataclass(frozen=True)

@@ -26,30 +26,17 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from docqa.audit.events import TOPICS_REFIT, event_around
 from docqa.components.topic_assigner import TopicAssigner
-from docqa.topic_models import (
-    GUIDE_FIELD,
-    INFO_FILE,
-    MIN_DOCUMENTS,
-    PROBABILITY_FIELD,
-    TOPIC_FIELD,
-    VERSION_FIELD,
-    FittedTopicModel,
-    TopicModelInfo,
-    TopicModelStore,
-    fit_documents,
-    tag_documents,
-    topic_model_dir,
-)
+from docqa.topic_models import INFO_FILE, MIN_DOCUMENTS, VERSION_FIELD, TopicModelInfo, TopicModelStore, topic_model_dir
 
 if TYPE_CHECKING:
     from haystack import Document
 
     from docqa.runtime import Runtime
 
-__all__ = ["GUIDE_FIELD", "PROBABILITY_FIELD", "REFIT_TASK", "TOPIC_FIELD", "VERSION_FIELD", "FittedTopicModel",
-           "RefitPlan", "TopicModelInfo", "TopicModelStatus", "TopicModelStore", "fit_documents", "refit_if_due",
-           "refit_topic_model", "schedule_topic_refit", "tag_documents", "tenant_topic_assigner",
-           "topic_model_dir", "topic_model_status", "topic_refit_due", "with_embeddings"]
+# The model store itself (fields, versions, fitting) is `docqa.topic_models`; `topic_model_dir` is kept here for
+# administration callers that locate a tenant's models.
+__all__ = ["REFIT_TASK", "RefitPlan", "TopicModelStatus", "refit_if_due", "refit_topic_model", "schedule_topic_refit",
+           "tenant_topic_assigner", "topic_model_dir", "topic_model_status", "topic_refit_due", "with_embeddings"]
 
 
 
