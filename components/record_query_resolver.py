@@ -25,6 +25,7 @@ from docqa.components.time_scope_resolver import (
     TimeScope,
     _patient_in,
     resolve_time_scope,
+    window_conditions,
 )
 
 END_FIELD = "meta.effective_end_utc"
@@ -317,13 +318,8 @@ def record_filters(query: RecordQuery, scope: TimeScope) -> dict[str, Any] | Non
         conditions.append(names[0] if len(names) == 1 else {"operator": "OR", "conditions": names})
     if query.state:
         conditions.append(_state_condition(query, scope))
-    elif scope.kind in ("last_visit", "first_visit") and scope.encounter_id:
-        conditions.append({"field": "meta.encounter_id", "operator": "==", "value": scope.encounter_id})
-    elif scope.kind != "none":
-        if scope.start_utc:
-            conditions.append({"field": DATE_FIELD, "operator": ">=", "value": scope.start_utc})
-        if scope.end_utc:
-            conditions.append({"field": DATE_FIELD, "operator": "<=", "value": scope.end_utc})
+    else:
+        conditions.extend(window_conditions(scope))
     if query.abnormal_only:
         conditions.append({"field": "meta.abnormal", "operator": "==", "value": True})
     if not conditions:

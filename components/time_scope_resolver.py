@@ -280,15 +280,23 @@ def scope_filters(scope: TimeScope) -> dict[str, Any] | None:
     conditions: list[dict[str, Any]] = []
     if scope.patient_id:
         conditions.append({"field": "meta.patient_id", "operator": "==", "value": scope.patient_id})
-    if scope.kind in ("last_visit", "first_visit") and scope.encounter_id:
-        conditions.append({"field": "meta.encounter_id", "operator": "==", "value": scope.encounter_id})
-    elif scope.kind != "none":
-        if scope.start_utc:
-            conditions.append({"field": DATE_FIELD, "operator": ">=", "value": scope.start_utc})
-        if scope.end_utc:
-            conditions.append({"field": DATE_FIELD, "operator": "<=", "value": scope.end_utc})
+    conditions.extend(window_conditions(scope))
     if conditions and scope.abnormal_only:
         conditions.append({"field": "meta.abnormal", "operator": "==", "value": True})
     if not conditions:
         return None
     return {"operator": "AND", "conditions": conditions}
+
+
+def window_conditions(scope: TimeScope) -> list[dict[str, Any]]:
+    """Filter conditions for the scope's time window: its visit when it names one, else its date range."""
+    if scope.kind in ("last_visit", "first_visit") and scope.encounter_id:
+        return [{"field": "meta.encounter_id", "operator": "==", "value": scope.encounter_id}]
+    if scope.kind == "none":
+        return []
+    conditions: list[dict[str, Any]] = []
+    if scope.start_utc:
+        conditions.append({"field": DATE_FIELD, "operator": ">=", "value": scope.start_utc})
+    if scope.end_utc:
+        conditions.append({"field": DATE_FIELD, "operator": "<=", "value": scope.end_utc})
+    return conditions
