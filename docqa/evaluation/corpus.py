@@ -24,6 +24,7 @@ from haystack import Document
 
 from docqa.access import EVERYONE
 from docqa.errors import DocqaError
+from docqa.evaluation.datasets import read_jsonl
 from docqa.evaluation.formats import detect_corpus_format, detect_format, passages_of
 
 BATCH = 256
@@ -87,16 +88,10 @@ def _layout_of(path: Path) -> tuple[str | None, Any]:
 
 def _read_flashrag(path: Path, *, tenant: str, access: Sequence[str]) -> list[Document]:
     documents: dict[str, Document] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DocqaError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+    for where, raw in read_jsonl(path):
         text = raw.get("contents") or raw.get("text") if isinstance(raw, dict) else None
         if not isinstance(text, str) or not text.strip() or raw.get("id") in (None, ""):
-            raise DocqaError(f"{path}:{number}: expected an object with `id` and `contents` (or `text`)")
+            raise DocqaError(f"{where}: expected an object with `id` and `contents` (or `text`)")
         title = raw.get("title")
         # FlashRAG's `contents` already start with the title; a separate `text` gets it put first.
         content = f"{title}\n{text}" if isinstance(title, str) and title and "contents" not in raw else text

@@ -71,7 +71,7 @@ def load_dataset(path: Path, fmt: str = "auto") -> list[EvalQuestion]:
     elif suffix == ".json":
         questions = _from_entries(_read_json_array(path), fmt)
     elif suffix == ".jsonl":
-        questions = _from_entries(_read_jsonl(path), fmt)
+        questions = _from_entries(read_jsonl(path), fmt)
     else:
         raise DocqaError(f"unsupported dataset format {suffix or '(none)'!r}: expected .jsonl, .json or .csv")
     ids = [q.id for q in questions]
@@ -135,7 +135,8 @@ def with_story_support(questions: list[EvalQuestion], corpus: list[Document]) ->
             if q.gold_title is not None and not q.supporting_ids else q for q in questions]
 
 
-def _read_jsonl(path: Path) -> list[tuple[str, Any]]:
+def read_jsonl(path: Path) -> list[tuple[str, Any]]:
+    """Each non-blank line of a JSONL file with its location (`path:line`); a line that is not JSON is an error."""
     entries = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
