@@ -39,12 +39,19 @@ def cmd_store_compact(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def add_snapshot_commands(sub: argparse._SubParsersAction) -> None:
-    """`docqa store compact`; joins an existing `docqa store` command group when another module created it."""
+def store_subcommands(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """The subcommands of `docqa store`, creating the group unless another module's commands already did.
+
+    `store compact` and `store copy` register from separate modules, in either order, into one group.
+    """
     store = sub.choices.get("store") or sub.add_parser("store", help="document store administration")
     actions = [a for a in store._actions if isinstance(a, argparse._SubParsersAction)]
-    store_sub = actions[0] if actions else store.add_subparsers(dest="store_command", required=True)
-    p = store_sub.add_parser(
+    return actions[0] if actions else store.add_subparsers(dest="store_command", required=True)
+
+
+def add_snapshot_commands(sub: argparse._SubParsersAction) -> None:
+    """`docqa store compact`, in the `docqa store` command group."""
+    p = store_subcommands(sub).add_parser(
         "compact",
         help="write an index snapshot of the embedded store (memory-mapped by every worker: fast opening)",
     )

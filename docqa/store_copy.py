@@ -41,6 +41,7 @@ from haystack.document_stores.types import DuplicatePolicy
 from docqa.access import TENANT_FIELD
 from docqa.errors import DocqaError
 from docqa.settings import Settings
+from docqa.store_commands import store_subcommands
 
 # Row decoding must match the store's own (float32/float64 embeddings, blob and sparse embedding in `extra`).
 from docqa.stores.embedded import _COLUMNS, EmbeddedDocumentStore, _document
@@ -343,11 +344,8 @@ def cmd_store_copy(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def add_store_commands(sub: argparse._SubParsersAction) -> None:
-    """`docqa store copy`; joins an existing `docqa store` command group when another module created it."""
-    store = sub.choices.get("store") or sub.add_parser("store", help="document store administration")
-    actions = [a for a in store._actions if isinstance(a, argparse._SubParsersAction)]
-    store_sub = actions[0] if actions else store.add_subparsers(dest="store_command", required=True)
-    p = store_sub.add_parser(
+    """`docqa store copy`, in the `docqa store` command group."""
+    p = store_subcommands(sub).add_parser(
         "copy",
         help="copy a tenant's chunks with embeddings and metadata to Elasticsearch (idempotent, resumable)",
     )
