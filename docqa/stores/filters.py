@@ -80,11 +80,14 @@ def compile_filters(filters: dict[str, Any]) -> Predicate:
     return _compile_logic(filters)
 
 
+def _require_keys(condition: dict[str, Any], *keys: str) -> None:
+    for key in keys:
+        if key not in condition:
+            raise FilterError(f"'{key}' key missing in {condition}")
+
+
 def _compile_logic(condition: dict[str, Any]) -> Predicate:
-    if "operator" not in condition:
-        raise FilterError(f"'operator' key missing in {condition}")
-    if "conditions" not in condition:
-        raise FilterError(f"'conditions' key missing in {condition}")
+    _require_keys(condition, "operator", "conditions")
     operator = condition["operator"]
     children = [compile_filters(child) for child in condition["conditions"]]
     if operator == "AND":
@@ -97,10 +100,7 @@ def _compile_logic(condition: dict[str, Any]) -> Predicate:
 
 
 def _compile_comparison(condition: dict[str, Any]) -> Predicate:
-    if "operator" not in condition:
-        raise FilterError(f"'operator' key missing in {condition}")
-    if "value" not in condition:
-        raise FilterError(f"'value' key missing in {condition}")
+    _require_keys(condition, "operator", "value")
     operator = condition["operator"]
     if operator not in COMPARISON_OPERATORS:
         raise FilterError(
