@@ -42,14 +42,3 @@ class EmbeddedBM25Retriever(EmbeddedStoreRetriever):
         """
         arguments = self._search_arguments(filters, top_k, scale_score)
         return {"documents": self.document_store.bm25_retrieval(query=query, **arguments)}
-
-    @component.output_types(documents=list[Document])
-    async def run_async(
-        self,
-        query: str,
-        filters: dict[str, Any] | None = None,
-        top_k: int | None = None,
-        scale_score: bool | None = None,
-    ) -> dict[str, list[Document]]:
-        arguments = self._search_arguments(filters, top_k, scale_score)
-        return {"documents": await self.document_store.bm25_retrieval_async(query=query, **arguments)}

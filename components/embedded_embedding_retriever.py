@@ -40,18 +40,6 @@ class EmbeddedEmbeddingRetriever(EmbeddedStoreRetriever):
         EmbeddedStoreRetriever.__init__(self, document_store, filters, top_k, scale_score, filter_policy)
         self.return_embedding = return_embedding
 
-    def _embedding_search_arguments(
-        self,
-        filters: dict[str, Any] | None,
-        top_k: int | None,
-        scale_score: bool | None,
-        return_embedding: bool | None,
-    ) -> dict[str, Any]:
-        return {
-            **self._search_arguments(filters, top_k, scale_score),
-            "return_embedding": self.return_embedding if return_embedding is None else return_embedding,
-        }
-
     @component.output_types(documents=list[Document])
     def run(
         self,
@@ -70,20 +58,11 @@ class EmbeddedEmbeddingRetriever(EmbeddedStoreRetriever):
         :param return_embedding: overrides the init `return_embedding`.
         :returns: `{"documents": [...]}` best first, each with `score` set.
         """
-        arguments = self._embedding_search_arguments(filters, top_k, scale_score, return_embedding)
-        return {"documents": self.document_store.embedding_retrieval(query_embedding=query_embedding, **arguments)}
-
-    @component.output_types(documents=list[Document])
-    async def run_async(
-        self,
-        query_embedding: list[float],
-        filters: dict[str, Any] | None = None,
-        top_k: int | None = None,
-        scale_score: bool | None = None,
-        return_embedding: bool | None = None,
-    ) -> dict[str, list[Document]]:
-        arguments = self._embedding_search_arguments(filters, top_k, scale_score, return_embedding)
-        documents = await self.document_store.embedding_retrieval_async(query_embedding=query_embedding, **arguments)
+        documents = self.document_store.embedding_retrieval(
+            query_embedding=query_embedding,
+            **self._search_arguments(filters, top_k, scale_score),
+            return_embedding=self.return_embedding if return_embedding is None else return_embedding,
+        )
         return {"documents": documents}
 
     def _init_parameters(self) -> dict[str, Any]:

@@ -16,6 +16,9 @@ class EmbeddedStoreRetriever:
     The two differ only in the store search they call and its query argument; the init checks, the way run-time
     arguments override init ones, and `to_dict`/`from_dict` are the same and live here.
 
+    No `run_async`: the store's async searches are its sync ones in a thread, which is what an `AsyncPipeline`
+    does with a sync-only component anyway.
+
     Usage (in a subclass's `run`):
         documents = self.document_store.bm25_retrieval(query=query, **self._search_arguments(filters, top_k, None))
     """
