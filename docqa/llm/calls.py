@@ -23,7 +23,7 @@ from haystack.dataclasses import ChatMessage
 from docqa.errors import LLMUnavailableError
 from docqa.result import LLMUsage
 from docqa.run_control import bounded_max_tokens, current_run
-from docqa.spans import llm_call_span
+from docqa.spans import LLMCall, llm_call_span
 from docqa.token_stream import accepts_streaming_callback, answer_streaming_callback
 
 YES_NO_SCHEMA: dict[str, Any] = {
@@ -53,6 +53,20 @@ def usage_from(reply: ChatMessage | None, prompt: str, text: str) -> LLMUsage:
     if completion_tokens is None:
         completion_tokens = max(1, len(text) // 4) if text else 0
     return LLMUsage(calls=1, prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens))
+
+
+def finish_call(call: LLMCall, prompt: str, result: dict[str, Any]) -> tuple[str, ChatMessage | None]:
+    """Close a model call's span with the generator's first reply: its text, model and token usage.
+
+    :returns: the reply's text ('' when the model said nothing) and the reply itself (None without one).
+    """
+    replies = result.get("replies") or []
+    reply = replies[0] if replies else None
+    text = (reply.text if reply is not None else None) or ""
+    usage = usage_from(reply, prompt, text)
+    call.finish(text, model=reply.meta.get("model") if reply is not None else None,
+                prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+    return text, reply
 
 
 def _unavailable_reason(exc: Exception) -> str | None:
@@ -161,12 +175,7 @@ def _call(
                                 streaming_callback=streaming)
         if streaming is not None:
             streaming.finish()  # the reply is complete: release the line held back as a possible echo
-        replies = result.get("replies") or []
-        reply = replies[0] if replies else None
-        text = (reply.text if reply is not None else None) or ""
-        usage = usage_from(reply, prompt, text)
-        call.finish(text, model=reply.meta.get("model") if reply is not None else None,
-                    prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+        text, reply = finish_call(call, prompt, result)
     return text, reply
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
-from docqa.llm.calls import bounded_kwargs, usage_from
+from docqa.llm.calls import bounded_kwargs, finish_call
 from docqa.settings import LLM_ROLES
 from docqa.spans import llm_call_open, llm_call_span
 from docqa.token_stream import accepts_streaming_callback
@@ -91,12 +91,7 @@ class RoleChatGenerator:
         constrained = "response_format" in generation_kwargs
         with llm_call_span(prompt, purpose=self.role, constrained=constrained) as call:
             result = self._run_delegate(messages, generation_kwargs, streaming_callback)
-            replies = result.get("replies") or []
-            reply = replies[0] if replies else None
-            text = (reply.text if reply is not None else None) or ""
-            usage = usage_from(reply, prompt, text)
-            call.finish(text, model=reply.meta.get("model") if reply is not None else None,
-                        prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+            finish_call(call, prompt, result)
         return result
 
     def _run_delegate(self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None,
