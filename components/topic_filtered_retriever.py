@@ -128,11 +128,8 @@ class TopicFilter:
         return {"text": query, "pending": search}
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            topic_assigner=self.topic_assigner.to_dict() if self.topic_assigner is not None else None,
-            topic_assigners=self.topic_assigners.to_dict() if self.topic_assigners is not None else None,
-            min_probability=self.min_probability, min_documents=self.min_documents, top_k=self.top_k)
+        return default_to_dict(self, **_assigners_to_dict(self.topic_assigner, self.topic_assigners),
+                               min_probability=self.min_probability, min_documents=self.min_documents, top_k=self.top_k)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TopicFilter:
@@ -187,10 +184,7 @@ class QueryTopicAssigner:
                                               filters=narrowed)}
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            topic_assigner=self.topic_assigner.to_dict() if self.topic_assigner is not None else None,
-            topic_assigners=self.topic_assigners.to_dict() if self.topic_assigners is not None else None)
+        return default_to_dict(self, **_assigners_to_dict(self.topic_assigner, self.topic_assigners))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QueryTopicAssigner:
@@ -353,6 +347,14 @@ class TopicFilteredRetriever:
         deserialize_component_inplace(params, key="text_embedder")
         _assigners_from_dict(params)
         return default_from_dict(cls, data)
+
+
+def _assigners_to_dict(
+    topic_assigner: TopicAssigner | None, topic_assigners: TenantTopicAssigners | None
+) -> dict[str, Any]:
+    # The topic steps that hold a model serialise it alike; `_assigners_from_dict` reads it back.
+    return {"topic_assigner": topic_assigner.to_dict() if topic_assigner is not None else None,
+            "topic_assigners": topic_assigners.to_dict() if topic_assigners is not None else None}
 
 
 def _assigners_from_dict(params: dict[str, Any]) -> None:
