@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, status
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
 
 from docqa.accounts import directory, keys
 from docqa.accounts.directory import AccountError
+from docqa.accounts.identity import Caller
 from docqa.accounts.models import ApiKey, Group, User
 from docqa.audit import events
 from docqa.audit.events import append_event
 from docqa.audit.recorder import audit_session
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, ApiError
 from docqa.server.auth import AdminCaller, ContextDep, RequestId
+from docqa.settings import Settings
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=COMMON_ERROR_RESPONSES)
 
@@ -78,6 +84,29 @@ def _fail(error: AccountError) -> ApiError:
     return ApiError(_STATUS.get(error.code, 422), error.code, error.message)
 
 
+@dataclass(frozen=True)
+class _AccountChange:
+    session: Session
+    settings: Settings
+    caller: Caller
+    request_id: str
+
+    def record(self, action: str, target: str, **diff: Any) -> None:
+        """Stage the change's audit event (`before`/`after`) in its transaction, as the calling admin."""
+        append_event(self.session, self.settings, tenant=self.caller.tenant, actor=self.caller.user_id,
+                     action=action, target=target, request_id=self.request_id, **diff)
+
+
+@contextmanager
+def _account_change(context: ContextDep, caller: AdminCaller, request_id: str) -> Iterator[_AccountChange]:
+    """One account change and its audit event commit together (or neither does); a refused change is its 4xx."""
+    try:
+        with audit_session(context.settings) as session:
+            yield _AccountChange(session, context.settings, caller, request_id)
+    except AccountError as exc:
+        raise _fail(exc) from exc
+
+
 def _user_out(user: User) -> UserOut:
     return UserOut(id=user.id, tenant=user.tenant_id, role=user.role, groups=sorted(g.name for g in user.groups),
                    display_name=user.display_name, active=user.active)
@@ -101,17 +130,12 @@ def list_users(caller: AdminCaller, context: ContextDep) -> list[UserOut]:
 @router.post("/users", response_model=UserOut, status_code=status.HTTP_201_CREATED,
              responses={409: COMMON_ERROR_RESPONSES[404] | {"description": "Already exists"}})
 def create_user(body: UserIn, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> UserOut:
-    # Each change and its audit event commit together (or neither does).
-    with audit_session(context.settings) as session:
-        try:
-            user = directory.create_user(session, caller.tenant, body.id, body.role, body.groups, body.display_name)
-        except AccountError as exc:
-            raise _fail(exc) from exc
+    with _account_change(context, caller, request_id) as change:
+        user = directory.create_user(change.session, caller.tenant, body.id, body.role, body.groups,
+                                     body.display_name)
         out = _user_out(user)
-        append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
-                     action=events.USER_CREATED, target=f"user:{out.id}", request_id=request_id,
-                     after={"role": out.role, "groups": out.groups, "active": True,
-                            "display_name": out.display_name})
+        change.record(events.USER_CREATED, f"user:{out.id}",
+                      after={"role": out.role, "groups": out.groups, "active": True, "display_name": out.display_name})
     return out
 
 
@@ -131,38 +155,29 @@ def _state(out: UserOut) -> dict[str, object]:
 @router.patch("/users/{user_id}", response_model=UserOut, summary="Change a user's role, groups, name or state")
 def change_user(user_id: str, body: UserChange, caller: AdminCaller, context: ContextDep,
                 request_id: RequestId) -> UserOut:
-    with audit_session(context.settings) as session:
-        existing = directory.get_user(session, caller.tenant, user_id)
+    with _account_change(context, caller, request_id) as change:
+        existing = directory.get_user(change.session, caller.tenant, user_id)
         before = None if existing is None else _state(_user_out(existing))
-        try:
-            user = directory.update_user(session, caller.tenant, user_id, role=body.role, groups=body.groups,
-                                         display_name=body.display_name, active=body.active)
-        except AccountError as exc:
-            raise _fail(exc) from exc
+        user = directory.update_user(change.session, caller.tenant, user_id, role=body.role, groups=body.groups,
+                                     display_name=body.display_name, active=body.active)
         out = _user_out(user)
         after = _state(out)
         if before != after:  # only what changed is an event; a no-op records nothing
             changed = sorted(k for k in after if before is None or before[k] != after[k])
-            append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
-                         action=events.USER_CHANGED, target=f"user:{out.id}", request_id=request_id,
-                         before={k: before[k] for k in changed} if before else None,
-                         after={k: after[k] for k in changed})
+            change.record(events.USER_CHANGED, f"user:{out.id}",
+                          before={k: before[k] for k in changed} if before else None,
+                          after={k: after[k] for k in changed})
     return out
 
 
 @router.delete("/users/{user_id}", response_model=UserOut, summary="Deactivate a user (all their keys stop)")
 def deactivate_user(user_id: str, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> UserOut:
-    with audit_session(context.settings) as session:
-        existing = directory.get_user(session, caller.tenant, user_id)
+    with _account_change(context, caller, request_id) as change:
+        existing = directory.get_user(change.session, caller.tenant, user_id)
         was_active = existing.active if existing is not None else None
-        try:
-            user = directory.deactivate_user(session, caller.tenant, user_id)
-        except AccountError as exc:
-            raise _fail(exc) from exc
-        out = _user_out(user)
-        append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
-                     action=events.USER_DEACTIVATED, target=f"user:{out.id}", request_id=request_id,
-                     before={"active": was_active}, after={"active": False})
+        out = _user_out(directory.deactivate_user(change.session, caller.tenant, user_id))
+        change.record(events.USER_DEACTIVATED, f"user:{out.id}", before={"active": was_active},
+                      after={"active": False})
     return out
 
 
@@ -175,15 +190,9 @@ def list_groups(caller: AdminCaller, context: ContextDep) -> list[GroupOut]:
 @router.post("/groups", response_model=GroupOut, status_code=status.HTTP_201_CREATED,
              responses={409: COMMON_ERROR_RESPONSES[404] | {"description": "Already exists"}})
 def create_group(body: GroupIn, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> GroupOut:
-    with audit_session(context.settings) as session:
-        try:
-            group = directory.create_group(session, caller.tenant, body.name)
-        except AccountError as exc:
-            raise _fail(exc) from exc
-        out = _group_out(group)
-        append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
-                     action=events.GROUP_CREATED, target=f"group:{out.name}", request_id=request_id,
-                     after={"members": out.members})
+    with _account_change(context, caller, request_id) as change:
+        out = _group_out(directory.create_group(change.session, caller.tenant, body.name))
+        change.record(events.GROUP_CREATED, f"group:{out.name}", after={"members": out.members})
     return out
 
 
@@ -200,19 +209,13 @@ def remove_member(group: str, user_id: str, caller: AdminCaller, context: Contex
 
 def _membership(context: ContextDep, caller: AdminCaller, group: str, user_id: str, member: bool,
                 request_id: str) -> GroupOut:
-    with audit_session(context.settings) as session:
-        existing = directory.get_group(session, caller.tenant, group)
+    with _account_change(context, caller, request_id) as change:
+        existing = directory.get_group(change.session, caller.tenant, group)
         before = None if existing is None else sorted(u.id for u in existing.members)
-        try:
-            row = directory.set_membership(session, caller.tenant, group, user_id, member)
-        except AccountError as exc:
-            raise _fail(exc) from exc
-        out = _group_out(row)
+        out = _group_out(directory.set_membership(change.session, caller.tenant, group, user_id, member))
         if before != out.members:  # adding a member twice changes nothing and records nothing
-            append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
-                         action=events.GROUP_MEMBER_ADDED if member else events.GROUP_MEMBER_REMOVED,
-                         target=f"group:{out.name}", request_id=request_id,
-                         before={"members": before}, after={"members": out.members, "user": user_id})
+            change.record(events.GROUP_MEMBER_ADDED if member else events.GROUP_MEMBER_REMOVED, f"group:{out.name}",
+                          before={"members": before}, after={"members": out.members, "user": user_id})
     return out
 
 
@@ -225,31 +228,21 @@ def list_keys(caller: AdminCaller, context: ContextDep) -> list[KeyOut]:
 @router.post("/keys", response_model=CreatedKey, status_code=status.HTTP_201_CREATED,
              responses={409: COMMON_ERROR_RESPONSES[404] | {"description": "User deactivated"}})
 def create_key(body: KeyIn, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> CreatedKey:
-    with audit_session(context.settings) as session:
-        try:
-            secret, row = keys.create_key(session, caller.tenant, body.user_id, body.name)
-        except AccountError as exc:
-            raise _fail(exc) from exc
+    with _account_change(context, caller, request_id) as change:
+        secret, row = keys.create_key(change.session, caller.tenant, body.user_id, body.name)
         out = CreatedKey(key=secret, **_key_out(row).model_dump())
         # The key id only: the secret is never part of an event.
-        append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
-                     action=events.KEY_ISSUED, target=f"key:{out.id}", request_id=request_id,
-                     after={"user": out.user_id, "name": out.name})
+        change.record(events.KEY_ISSUED, f"key:{out.id}", after={"user": out.user_id, "name": out.name})
     return out
 
 
 @router.delete("/keys/{key_id}", response_model=KeyOut, summary="Revoke a key")
 def revoke_key(key_id: str, caller: AdminCaller, context: ContextDep, request_id: RequestId) -> KeyOut:
-    with audit_session(context.settings) as session:
-        existing = session.get(ApiKey, key_id)
+    with _account_change(context, caller, request_id) as change:
+        existing = change.session.get(ApiKey, key_id)
         was_revoked = None if existing is None else existing.revoked_at is not None
-        try:
-            row = keys.revoke_key(session, caller.tenant, key_id)
-        except AccountError as exc:
-            raise _fail(exc) from exc
-        out = _key_out(row)
+        out = _key_out(keys.revoke_key(change.session, caller.tenant, key_id))
         if not was_revoked:
-            append_event(session, context.settings, tenant=caller.tenant, actor=caller.user_id,
-                         action=events.KEY_REVOKED, target=f"key:{out.id}", request_id=request_id,
-                         before={"revoked": False}, after={"revoked": True, "user": out.user_id})
+            change.record(events.KEY_REVOKED, f"key:{out.id}", before={"revoked": False},
+                          after={"revoked": True, "user": out.user_id})
     return out
