@@ -21,16 +21,14 @@ from docqa.audit.timestamps import UtcTime, ZonedUtcTime
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES
 from docqa.server.auth import AuditorCaller, ContextDep
 from docqa.server.context import ServerContext
+from docqa.server.routes.audit_paging import AuditPage, PageLimit, PageOffset
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"], responses=COMMON_ERROR_RESPONSES)
 
 Text = Annotated[str | None, Query(max_length=1024)]
 
 
-class EventPage(BaseModel):
-    total: int
-    limit: int
-    offset: int
+class EventPage(AuditPage):
     events: list[dict[str, Any]]
 
 
@@ -55,8 +53,8 @@ def get_events(
     target: Text = None,
     since: UtcTime | None = None,
     until: UtcTime | None = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    limit: PageLimit = 50,
+    offset: PageOffset = 0,
 ) -> EventPage:
     where = EventFilter(tenant=caller.tenant, action=action, actor=actor, target=target, since=since, until=until)
     with context.sessions() as session:

@@ -19,15 +19,13 @@ from docqa.audit.verify import verify_for_tenant
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, NotFound
 from docqa.server.auth import AuditorCaller, ContextDep
 from docqa.server.context import ServerContext
+from docqa.server.routes.audit_paging import AuditPage, PageLimit, PageOffset
 from docqa.server.trace_queries import TraceFilter, export_lines, list_traces, read_trace
 
 router = APIRouter(prefix="/v1/traces", tags=["audit"], responses=COMMON_ERROR_RESPONSES)
 
 
-class TracePage(BaseModel):
-    total: int
-    limit: int
-    offset: int
+class TracePage(AuditPage):
     traces: list[dict[str, Any]]
 
 
@@ -62,8 +60,8 @@ def get_traces(
     since: UtcTime | None = None,
     until: UtcTime | None = None,
     text: Text = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    limit: PageLimit = 50,
+    offset: PageOffset = 0,
 ) -> TracePage:
     where = _filter(caller.tenant, user, pipeline, status, since, until, text)
     with context.sessions() as session:
