@@ -68,16 +68,36 @@ class TopicSearch:
         return {"query": self.query, "top_k": self.top_k, "filters": self.filters, **self.info()}
 
 
-def _assigner(filters: dict[str, Any] | None, one: TopicAssigner | None,
-              per_tenant: TenantTopicAssigners | None) -> TopicAssigner | None:
-    if one is not None:
-        return one
-    tenant = tenant_of(filters)
-    return per_tenant.for_tenant(tenant) if tenant and per_tenant is not None else None
+class _TopicModelStep:
+    """What `TopicFilter` and `QueryTopicAssigner` share: the topic model(s) they hold, the pick of a tenant's
+    model, and their serialisation (a subclass adds its own init parameters in `_settings`)."""
+
+    def __init__(self, topic_assigner: TopicAssigner | None = None,
+                 topic_assigners: TenantTopicAssigners | None = None) -> None:
+        self.topic_assigner = topic_assigner
+        self.topic_assigners = topic_assigners
+
+    def _assigner_for(self, tenant: str | None) -> TopicAssigner | None:
+        """The one fixed model, else the tenant's (None without a tenant or per-tenant models)."""
+        if self.topic_assigner is not None:
+            return self.topic_assigner
+        return self.topic_assigners.for_tenant(tenant) if tenant and self.topic_assigners is not None else None
+
+    def _settings(self) -> dict[str, Any]:
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, **_assigners_to_dict(self.topic_assigner, self.topic_assigners),
+                               **self._settings())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        _assigners_from_dict(data["init_parameters"])
+        return default_from_dict(cls, data)
 
 
 @component
-class TopicFilter:
+class TopicFilter(_TopicModelStep):
     """
     The entry of `TopicFilteredRetriever`'s graph: joins docqa's access `filters` with the question's own
     (`scope_filters`) and finds the topic model of the tenant named in the access filters (or the one fixed
@@ -101,8 +121,8 @@ class TopicFilter:
         :param min_documents: The narrowed search must return at least this many; `top_k` when None.
         :param top_k: Default number of documents.
         """
-        self.topic_assigner = topic_assigner
-        self.topic_assigners = topic_assigners
+        # Named base, not super(): @component rebuilds the class, so super()'s implicit class is not this one.
+        _TopicModelStep.__init__(self, topic_assigner, topic_assigners)
         self.min_probability = min_probability
         self.min_documents = min_documents
         self.top_k = top_k
@@ -122,23 +142,17 @@ class TopicFilter:
         search = TopicSearch(query=query, top_k=top_k, needed=min(self.min_documents or top_k, top_k),
                              min_probability=self.min_probability, base_filters=base, filters=base,
                              tenant=tenant_of(filters))
-        assigner = _assigner(filters, self.topic_assigner, self.topic_assigners)
+        assigner = self._assigner_for(tenant_of(filters))
         if assigner is None or assigner.model is None:
             return {"search": search}
         return {"text": query, "pending": search}
 
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, **_assigners_to_dict(self.topic_assigner, self.topic_assigners),
-                               min_probability=self.min_probability, min_documents=self.min_documents, top_k=self.top_k)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TopicFilter:
-        _assigners_from_dict(data["init_parameters"])
-        return default_from_dict(cls, data)
+    def _settings(self) -> dict[str, Any]:
+        return {"min_probability": self.min_probability, "min_documents": self.min_documents, "top_k": self.top_k}
 
 
 @component
-class QueryTopicAssigner:
+class QueryTopicAssigner(_TopicModelStep):
     """
     Assigns the question its topic from its embedding, with the model `TopicFilter` found (the same tenant's),
     and narrows the search to that topic and model version when the probability reaches the minimum.
@@ -156,8 +170,7 @@ class QueryTopicAssigner:
         :param topic_assigner: One model for every question.
         :param topic_assigners: Or each tenant's (the tenant is the pending search's).
         """
-        self.topic_assigner = topic_assigner
-        self.topic_assigners = topic_assigners
+        _TopicModelStep.__init__(self, topic_assigner, topic_assigners)
 
     @component.output_types(search=TopicSearch)
     def run(self, pending: TopicSearch, query_embedding: list[float]) -> dict[str, Any]:
@@ -167,9 +180,7 @@ class QueryTopicAssigner:
         :returns: `search`: narrowed to the topic (`topic_filter`), or not (`fallback_uncertain_topic`, or
             `no_topic_model` when the model went away meanwhile).
         """
-        assigner = self.topic_assigner
-        if assigner is None and pending.tenant and self.topic_assigners is not None:
-            assigner = self.topic_assigners.for_tenant(pending.tenant)
+        assigner = self._assigner_for(pending.tenant)
         assignment = assigner.assign(query_embedding) if assigner is not None else None
         if assignment is None:
             return {"search": pending}
@@ -183,13 +194,6 @@ class QueryTopicAssigner:
         return {"search": dataclasses.replace(pending, assignment=assignment, mode=TopicMode.TOPIC,
                                               filters=narrowed)}
 
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, **_assigners_to_dict(self.topic_assigner, self.topic_assigners))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> QueryTopicAssigner:
-        _assigners_from_dict(data["init_parameters"])
-        return default_from_dict(cls, data)
 
 
 @component
@@ -292,8 +296,8 @@ class TopicFilteredRetriever:
             raise ValueError("give exactly one of topic_assigner and topic_assigners")
         self.retriever = retriever
         self.text_embedder = text_embedder
-        self.topic_assigner = topic_assigner
-        self.topic_assigners = topic_assigners
+        # Named base, not super(): @component rebuilds the class, so super()'s implicit class is not this one.
+        _TopicModelStep.__init__(self, topic_assigner, topic_assigners)
         self.min_probability = min_probability
         self.min_documents = min_documents
         self.top_k = top_k
@@ -332,8 +336,7 @@ class TopicFilteredRetriever:
             self,
             retriever=component_to_dict(self.retriever, "retriever"),
             text_embedder=component_to_dict(self.text_embedder, "text_embedder"),
-            topic_assigner=self.topic_assigner.to_dict() if self.topic_assigner is not None else None,
-            topic_assigners=self.topic_assigners.to_dict() if self.topic_assigners is not None else None,
+            **_assigners_to_dict(self.topic_assigner, self.topic_assigners),
             min_probability=self.min_probability,
             min_documents=self.min_documents,
             top_k=self.top_k,
@@ -352,7 +355,7 @@ class TopicFilteredRetriever:
 def _assigners_to_dict(
     topic_assigner: TopicAssigner | None, topic_assigners: TenantTopicAssigners | None
 ) -> dict[str, Any]:
-    # The topic steps that hold a model serialise it alike; `_assigners_from_dict` reads it back.
+    # Every topic step that holds a model serialises it alike; `_assigners_from_dict` reads it back.
     return {"topic_assigner": topic_assigner.to_dict() if topic_assigner is not None else None,
             "topic_assigners": topic_assigners.to_dict() if topic_assigners is not None else None}
 
