@@ -44,7 +44,7 @@ def fit_only(payload: Path) -> None:
     with payload.open("rb") as handle:
         texts, labels = pickle.load(handle)
     vectors = np.load(payload.with_suffix(".npy"))
-    from docqa.topics import TopicModelStore
+    from docqa.topic_models import TopicModelStore
 
     before = _memory_mb("VmRSS")
     start = time.perf_counter()
