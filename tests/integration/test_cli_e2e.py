@@ -61,14 +61,18 @@ def test_ingest_then_ask_standard_and_no_retrieval(local_llm_settings, hotpot_sl
         result = json.loads(proc.stdout)
         assert result["pipeline"] == "standard"
         assert isinstance(result["answer"], str)
-        assert [s["kind"] for s in result["steps"]] == ["retrieval", "generation", "prompt", "generation", "parse",
-                                                        "grounding"]
+        # The hybrid retriever's embedder, retrievers and joiner are its child steps (kind `component`).
+        # A model answer the grounding check does not find in its passages is followed by the extractive fallback.
+        kinds = [s["kind"] for s in result["steps"] if s["kind"] != "component"]
+        assert kinds in (["retrieval", "generation", "prompt", "generation", "parse", "grounding"],
+                         ["retrieval", "generation", "prompt", "generation", "parse", "grounding", "fallback"]), kinds
+        assert {s["parent"] for s in result["steps"] if s["kind"] == "component"} == {0}
         retrieved = [d["id"] for d in result["steps"][0]["outputs"]["documents"]]
         assert 1 <= len(retrieved) <= 5
         assert {c["document_id"] for c in result["citations"]} <= set(retrieved)
         # Named below the folder that was ingested, not by the absolute path.
         assert all((folder / c["source"]).is_file() and "/" not in c["source"] for c in result["citations"])
-        generation = result["steps"][3]  # the cited answer generator's model call
+        generation = next(s for s in result["steps"] if s["name"] == "answer_llm")  # the answer's model call
         assert generation["name"] == "answer_llm" and generation["llm"]["calls"] == 1
         assert generation["outputs"]["llm_calls"][0]["prompt"].count("\n[") >= 1
         assert result["totals"]["llm_calls"] == 1 and result["totals"]["total_tokens"] > 0
