@@ -18,7 +18,7 @@ from docqa.sources import sync as sync_module
 from docqa.sources.definitions import define_source, list_sources, source_status
 from docqa.sources.models import SourceEntry
 from docqa.sources.sync import sync_source
-from tests.support.sources_fakes import SharedRuntime, audit_events, stored_by_document
+from tests.support.sources_fakes import SharedRuntime, audit_events, sources_settings, stored_by_document
 
 
 class Killed(BaseException):
@@ -27,13 +27,7 @@ class Killed(BaseException):
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    SharedRuntime.reset()
-    monkeypatch.setattr("docqa.runtime.Runtime", SharedRuntime)
-    monkeypatch.setenv("DOCQA_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("DOCQA_CHUNK_WORDS", "20")
-    monkeypatch.setenv("DOCQA_CHUNK_OVERLAP_WORDS", "5")
-    monkeypatch.setenv("DOCQA_INGEST_ITEMS_PER_TASK", "2")
-    return Settings()
+    return sources_settings(tmp_path, monkeypatch, DOCQA_INGEST_ITEMS_PER_TASK="2")
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from docqa.settings import Settings
 from docqa.sources.definitions import define_source
 from docqa.sources.scheduler import remove_source
 from docqa.sources.sync import sync_source
-from tests.support.sources_fakes import SharedRuntime, audit_events, stored_by_document
+from tests.support.sources_fakes import SharedRuntime, audit_events, sources_settings, stored_by_document
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="the git command is not installed")
 
@@ -28,9 +28,7 @@ def git(repo: Path, *args: str) -> None:
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    SharedRuntime.reset()
-    monkeypatch.setattr("docqa.runtime.Runtime", SharedRuntime)
-    return Settings(data_dir=tmp_path / "data", chunk_words=20, chunk_overlap_words=5)
+    return sources_settings(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from docqa.sources.definitions import define_source
 from docqa.sources.sync import sync_source
 from tests.support.dovecot import DovecotServer, dovecot_available
 from tests.support.sample_files import pdf_bytes
-from tests.support.sources_fakes import SharedRuntime, audit_events, stored_by_document
+from tests.support.sources_fakes import SharedRuntime, audit_events, sources_settings, stored_by_document
 
 pytestmark = pytest.mark.skipif(not dovecot_available(), reason="dovecot is not installed (scripts/test.sh does)")
 
@@ -40,10 +40,8 @@ def dovecot() -> Iterator[DovecotServer]:
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    SharedRuntime.reset()
-    monkeypatch.setattr("docqa.runtime.Runtime", SharedRuntime)
     monkeypatch.setenv("DANA_IMAP_PASSWORD", "imap-pass-123")
-    return Settings(data_dir=tmp_path / "data", chunk_words=20, chunk_overlap_words=5)
+    return sources_settings(tmp_path, monkeypatch)
 
 
 def _define(settings: Settings, dovecot: DovecotServer, name: str, folders: list[str], **extra) -> None:

@@ -25,17 +25,12 @@ from docqa.sources.scheduler import start_serve_scheduler, sync_due
 from docqa.sources.sync import sync_source
 from docqa.sources.watch import watch_source
 from tests.support.celery_workers import redis_broker_url
-from tests.support.sources_fakes import SharedRuntime, stored_by_document
+from tests.support.sources_fakes import SharedRuntime, sources_settings, stored_by_document
 
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    SharedRuntime.reset()
-    monkeypatch.setattr("docqa.runtime.Runtime", SharedRuntime)
-    monkeypatch.setenv("DOCQA_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("DOCQA_CHUNK_WORDS", "20")
-    monkeypatch.setenv("DOCQA_CHUNK_OVERLAP_WORDS", "5")
-    return Settings()
+    return sources_settings(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 from docqa.settings import Settings
 from docqa.sources.definitions import define_source
 from docqa.sources.sync import sync_source
-from tests.support.sources_fakes import SharedRuntime, stored_by_document
+from tests.support.sources_fakes import SharedRuntime, sources_settings, stored_by_document
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -55,9 +55,7 @@ def page(root: Path, name: str, body: str, mtime: int = 1_700_000_000) -> None:
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    SharedRuntime.reset()
-    monkeypatch.setattr("docqa.runtime.Runtime", SharedRuntime)
-    return Settings(data_dir=tmp_path / "data", chunk_words=20, chunk_overlap_words=5)
+    return sources_settings(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from sqlalchemy import select
 
@@ -31,6 +33,17 @@ class SharedRuntime(Runtime):
     @property
     def document_store(self) -> Any:
         return SharedRuntime.store
+
+
+def sources_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> Settings:
+    """Settings of a sources test, also in the environment (the CLI reads them there): a fresh `SharedRuntime`
+    for every runtime docqa builds, small chunks, and `env` (`DOCQA_...` names) on top."""
+    SharedRuntime.reset()
+    monkeypatch.setattr("docqa.runtime.Runtime", SharedRuntime)
+    for name, value in {"DOCQA_DATA_DIR": str(tmp_path / "data"), "DOCQA_CHUNK_WORDS": "20",
+                        "DOCQA_CHUNK_OVERLAP_WORDS": "5", **env}.items():
+        monkeypatch.setenv(name, value)
+    return Settings()
 
 
 def stored_by_document(tenant: str = "default") -> dict[str, list[Any]]:
