@@ -30,12 +30,17 @@ def list_folder(config: dict[str, Any]) -> Listing:
         listing.complete = False
         listing.notes.append(f"cannot read {exc.filename}: {exc.strerror}")
 
+    real_root = root.resolve()
     for directory, dirs, files in os.walk(root, onerror=walk_error):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for file_name in sorted(files):
             if file_name.startswith(".") or not is_supported(file_name):
                 continue
             path = Path(directory) / file_name
+            if not path.resolve().is_relative_to(real_root):
+                # A link out of the folder would publish whatever it points at under the folder's access list.
+                listing.notes.append(f"skipped {path.relative_to(root).as_posix()}: a link to outside the folder")
+                continue
             try:
                 stat = path.stat()
             except OSError as exc:

@@ -150,6 +150,22 @@ def test_acl_map_and_posix_group_change_access_without_reembedding(settings, fol
         "share:finance/budget.txt", "share:hr/leave.md", "share:handbook.txt"}
 
 
+def test_a_link_out_of_the_folder_is_never_read(settings, folder, tmp_path) -> None:
+    secret = tmp_path / "outside" / "payroll.txt"
+    secret.parent.mkdir()
+    secret.write_text("Outside the share: the payroll password is swordfish. " * 3)
+    (folder / "hr" / "payroll.txt").symlink_to(secret)
+    (folder / "inside-link.txt").symlink_to(folder / "handbook.txt")  # a link within the folder is read
+    define_source(settings, name="share", type="folder", tenant="default", config={"path": str(folder)},
+                  allow=["group:staff"])
+    report = _sync(settings)
+    assert report.status == "succeeded", report
+    assert "skipped hr/payroll.txt: a link to outside the folder" in report.notes
+    stored = stored_by_document()
+    assert "share:hr/payroll.txt" not in stored and "share:inside-link.txt" in stored
+    assert not any("swordfish" in (chunk.content or "") for chunks in stored.values() for chunk in chunks)
+
+
 def test_unreachable_folder_fails_with_reason_and_keeps_documents(settings, folder) -> None:
     define_source(settings, name="share", type="folder", tenant="default", config={"path": str(folder)},
                   allow=["group:staff"])
