@@ -18,6 +18,7 @@ from docqa.sources import sync as sync_module
 from docqa.sources.definitions import define_source, list_sources, source_status
 from docqa.sources.models import SourceEntry
 from docqa.sources.sync import sync_source
+from tests.support.conversion_bombs import zip_bomb_docx
 from tests.support.sources_fakes import SharedRuntime, audit_events, sources_settings, stored_by_document
 
 
@@ -197,6 +198,18 @@ def test_failed_files_are_reported_and_retried(settings, folder, monkeypatch) ->
     (folder / "huge.txt").unlink()
     report = _sync(settings)
     assert (report.added, report.deleted, report.failed, report.status) == (1, 1, 0, "succeeded")
+
+
+def test_a_zip_bomb_in_a_synced_folder_fails_with_a_reason_inside_the_conversion_limits(settings, folder) -> None:
+    # The sync path converts through the same bounded conversion as uploads and `docqa ingest`.
+    (folder / "bomb.docx").write_bytes(zip_bomb_docx())
+    define_source(settings, name="share", type="folder", tenant="default", config={"path": str(folder)},
+                  allow=["group:staff"])
+    report = _sync(settings)
+    assert (report.added, report.failed, report.status) == (3, 1, "completed_with_errors")
+    [failure] = report.failures
+    assert failure["key"] == "bomb.docx" and "decompress" in failure["reason"].lower(), failure
+    assert "share:bomb.docx" not in stored_by_document()
 
 
 def _expected_state(settings: Settings) -> tuple[dict, dict]:
