@@ -108,10 +108,23 @@ class PromptedLLM(SuperComponent):
         self.step_kinds = {prompt_node: PROMPT_KIND, llm_node: llm_kind, parser_node: PARSE_KIND}
         pipeline = Pipeline()
         required = list(variables if required_variables is None else required_variables)
-        pipeline.add_component(prompt_node, ChatPromptBuilder(template=[ChatMessage.from_user(template)],
-                                                              variables=list(variables), required_variables=required))
-        pipeline.add_component(llm_node, ConstrainedGeneration(chat_generator, max_tokens=max_tokens, output=output,
-                                                          schema=schema, schema_name=schema_name, purpose=purpose))
+        pipeline.add_component(
+            prompt_node,
+            ChatPromptBuilder(
+                template=[ChatMessage.from_user(template)], variables=list(variables), required_variables=required
+            ),
+        )
+        pipeline.add_component(
+            llm_node,
+            ConstrainedGeneration(
+                chat_generator,
+                max_tokens=max_tokens,
+                output=output,
+                schema=schema,
+                schema_name=schema_name,
+                purpose=purpose,
+            ),
+        )
         pipeline.add_component(parser_node, parser)
         pipeline.connect(f"{prompt_node}.prompt", f"{llm_node}.prompt")
         pipeline.connect(f"{llm_node}.replies", f"{parser_node}.replies")
@@ -129,14 +142,19 @@ class PromptedLLM(SuperComponent):
                 for target in targets:
                     pipeline.connect(f"{request_node}.{name}", target)
             mapping = {name: [f"{request_node}.{name}"] for name in request.__haystack_input__._sockets_dict}
-        SuperComponent.__init__(self, pipeline, input_mapping=mapping,
-                         output_mapping={f"{parser_node}.{socket}": name for socket, name in outputs.items()})
+        SuperComponent.__init__(
+            self,
+            pipeline,
+            input_mapping=mapping,
+            output_mapping={f"{parser_node}.{socket}": name for socket, name in outputs.items()},
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        params = {key: component_to_dict(value, key) if hasattr(value, "__haystack_input__") else value
-                  for key, value in self._init_parameters.items()}
-        return default_to_dict(self, chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
-                               **params)
+        params = {
+            key: component_to_dict(value, key) if hasattr(value, "__haystack_input__") else value
+            for key, value in self._init_parameters.items()
+        }
+        return default_to_dict(self, chat_generator=component_to_dict(self.chat_generator, "chat_generator"), **params)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PromptedLLM:

@@ -48,8 +48,14 @@ class ReSPJudge(PromptedLLM):
         template = judge_template or load_prompt("resp_judge")
         self.judge_template = template
         PromptedLLM.__init__(
-            self, chat_generator, template, YesNoReplyParser(), variables=["question", "memory"],
-            outputs={"yes": "sufficient", "verdict": "verdict"}, output="yes_no", purpose="resp_judge",
+            self,
+            chat_generator,
+            template,
+            YesNoReplyParser(),
+            variables=["question", "memory"],
+            outputs={"yes": "sufficient", "verdict": "verdict"},
+            output="yes_no",
+            purpose="resp_judge",
             init_parameters={"judge_template": template},
         )
 
@@ -81,8 +87,9 @@ class SubQuestionPlanParser:
         self.guard.warm_up()
 
     @component.output_types(sub_question=str | None, accepted=bool, repeat_check=dict[str, Any] | None)
-    def run(self, replies: list[ChatMessage], question: str, asked: list[str] | None = None,
-            attempt: int = 1) -> dict[str, Any]:
+    def run(
+        self, replies: list[ChatMessage], question: str, asked: list[str] | None = None, attempt: int = 1
+    ) -> dict[str, Any]:
         """
         :param replies: the model's replies; the first is read.
         :param question: The overarching question (the only asked query when `asked` is None).
@@ -156,12 +163,21 @@ class ReSPPlanner(PromptedLLM):
         self.max_plan_tokens = max_plan_tokens
         self.max_sub_question_chars = max_sub_question_chars
         PromptedLLM.__init__(
-            self, chat_generator, template, SubQuestionPlanParser(self.guard, max_sub_question_chars),
-            variables=["question", "memory", "asked", "rejected"], required_variables=["question", "memory"],
+            self,
+            chat_generator,
+            template,
+            SubQuestionPlanParser(self.guard, max_sub_question_chars),
+            variables=["question", "memory", "asked", "rejected"],
+            required_variables=["question", "memory"],
             outputs={"sub_question": "sub_question", "accepted": "accepted", "repeat_check": "repeat_check"},
-            max_tokens=max_plan_tokens, purpose="resp_plan",
-            init_parameters={"guard": self.guard, "plan_template": template, "max_plan_tokens": max_plan_tokens,
-                             "max_sub_question_chars": max_sub_question_chars},
+            max_tokens=max_plan_tokens,
+            purpose="resp_plan",
+            init_parameters={
+                "guard": self.guard,
+                "plan_template": template,
+                "max_plan_tokens": max_plan_tokens,
+                "max_sub_question_chars": max_sub_question_chars,
+            },
         )
 
 

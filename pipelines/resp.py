@@ -58,8 +58,14 @@ from docqa.pipelines.registry import register
 from docqa.runtime import Runtime
 
 __all__ = [
-    "STOP_JUDGED_SUFFICIENT", "STOP_MAX_ITERATIONS", "STOP_NO_NEW_EVIDENCE", "STOP_NO_PLAN", "STOP_REPEATED_PLAN",
-    "ReSPPipeline", "build_resp", "build_resp_graph",
+    "STOP_JUDGED_SUFFICIENT",
+    "STOP_MAX_ITERATIONS",
+    "STOP_NO_NEW_EVIDENCE",
+    "STOP_NO_PLAN",
+    "STOP_REPEATED_PLAN",
+    "ReSPPipeline",
+    "build_resp",
+    "build_resp_graph",
 ]
 
 MAX_TOP_K = 100
@@ -76,15 +82,28 @@ KINDS = {
 }
 
 
-def build_resp_graph(retriever: Any, summarizer: DualFunctionSummarizer, judge: ReSPJudge, planner: ReSPPlanner,
-                     generator: MemoryAnswerGenerator, *, max_iterations: int) -> Pipeline:
+def build_resp_graph(
+    retriever: Any,
+    summarizer: DualFunctionSummarizer,
+    judge: ReSPJudge,
+    planner: ReSPPlanner,
+    generator: MemoryAnswerGenerator,
+    *,
+    max_iterations: int,
+) -> Pipeline:
     """The ReSP graph (see the module docstring); its loop is bounded by the controller's runs per question."""
     controller = ReSPController(max_iterations=max_iterations)
     pipeline = Pipeline(max_runs_per_component=controller.runs_per_question())
     # The controller cannot feed itself: its state comes back through a joiner, the usual Haystack loop entry.
-    nodes = {"resp_controller": controller, "loop_state": BranchJoiner(ReSPLoopState), "hybrid_retriever": retriever,
-             "dual_function_summarizer": summarizer, "resp_judge": judge, "resp_planner": planner,
-             "memory_answer_generator": generator}
+    nodes = {
+        "resp_controller": controller,
+        "loop_state": BranchJoiner(ReSPLoopState),
+        "hybrid_retriever": retriever,
+        "dual_function_summarizer": summarizer,
+        "resp_judge": judge,
+        "resp_planner": planner,
+        "memory_answer_generator": generator,
+    }
     for name, instance in nodes.items():
         pipeline.add_component(name, instance)
     for sender, receiver in (
@@ -168,14 +187,21 @@ class ReSPPipeline(HaystackStrategy):
             },
         }
         pipeline = build_resp_graph(retriever, summarizer, judge, planner, generator, max_iterations=max_iterations)
-        super().__init__("resp", pipeline, models=models, max_question_chars=max_question_chars,
-                         kinds={**inner_step_kinds(pipeline), **KINDS}, summary=summary)
+        super().__init__(
+            "resp",
+            pipeline,
+            models=models,
+            max_question_chars=max_question_chars,
+            kinds={**inner_step_kinds(pipeline), **KINDS},
+            summary=summary,
+        )
         self.top_k = top_k
         self.max_iterations = max_iterations
 
 
-@register("resp", "ReSP: iterative retrieve-summarize-plan over global evidence and local pathway memories.",
-          ReSPOptions)
+@register(
+    "resp", "ReSP: iterative retrieve-summarize-plan over global evidence and local pathway memories.", ReSPOptions
+)
 def build_resp(
     runtime: Runtime,
     top_k: int | None = None,
@@ -200,8 +226,10 @@ def build_resp(
         local_template=load_prompt("resp_local_pathway", prompts),
         max_summary_tokens=summary_tokens,
     )
-    judge = ReSPJudge(RoleChatGenerator("reasoner", runtime.chat_generator("reasoner")),
-                      judge_template=load_prompt("resp_judge", prompts))
+    judge = ReSPJudge(
+        RoleChatGenerator("reasoner", runtime.chat_generator("reasoner")),
+        judge_template=load_prompt("resp_judge", prompts),
+    )
     retriever = runtime.retriever(top_k)
     # The retriever's query embedder already holds the model: share it rather than load a second copy.
     embedder = getattr(retriever, "text_embedder", None) or runtime.text_embedder()

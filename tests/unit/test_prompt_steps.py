@@ -61,17 +61,26 @@ class TestParsersNeverRaise:
         out = SubQuestionPlanParser().run(replies=replies, question="Q?")
         assert out["sub_question"] is None or isinstance(out["sub_question"], str)
 
-    @pytest.mark.parametrize(("text", "verdict"), [
-        ('{"answer": "Yes"}', "yes"), ('"No"', "no"), ("No, it does not.", "no"), ('{"answer": "Maybe"}', "unreadable"),
-        ('{"verdict": "Yes"}', "unreadable"),
-    ])
+    @pytest.mark.parametrize(
+        ("text", "verdict"),
+        [
+            ('{"answer": "Yes"}', "yes"),
+            ('"No"', "no"),
+            ("No, it does not.", "no"),
+            ('{"answer": "Maybe"}', "unreadable"),
+            ('{"verdict": "Yes"}', "unreadable"),
+        ],
+    )
     def test_yes_no_verdicts(self, text, verdict):
         out = YesNoReplyParser().run(replies=_replies(text))
         assert out == {"yes": verdict == "yes", "verdict": verdict}
 
     def test_a_json_object_must_have_the_schema_s_keys_and_types(self):
-        schema = {"type": "object", "properties": {"keep": {"type": "boolean"}, "n": {"type": "integer"}},
-                  "required": ["keep"]}
+        schema = {
+            "type": "object",
+            "properties": {"keep": {"type": "boolean"}, "n": {"type": "integer"}},
+            "required": ["keep"],
+        }
         parser = JsonObjectReplyParser(schema)
         assert parser.run(replies=_replies('```json\n{"keep": true, "n": 2}\n```'))["data"] == {"keep": True, "n": 2}
         assert parser.run(replies=_replies('{"keep": "yes"}'))["data"] is None
@@ -81,11 +90,15 @@ class TestParsersNeverRaise:
     def test_the_text_parser_strips_echoes_and_keeps_a_first_line(self):
         prompt = _prompt("Answer the question as briefly as possible.\nQuestion: Who wrote Hamlet?\nAnswer:")
         reply = _replies("Answer the question as briefly as possible.\nAnswer: Shakespeare\nQuestion: and Macbeth?")
-        assert TextReplyParser().run(replies=reply, prompt=prompt) == {"answer": "Shakespeare",
-                                                                        "finish_reason": "length"}
+        assert TextReplyParser().run(replies=reply, prompt=prompt) == {
+            "answer": "Shakespeare",
+            "finish_reason": "length",
+        }
         two_lines = _replies("Shakespeare\nHe also wrote Macbeth")
         assert TextReplyParser(first_line=True).run(replies=two_lines, prompt=prompt) == {
-            "answer": "Shakespeare", "finish_reason": "stop"}  # the limit cut the second line, not the answer
+            "answer": "Shakespeare",
+            "finish_reason": "stop",
+        }  # the limit cut the second line, not the answer
 
     def test_cited_documents_follow_the_references_or_the_context(self):
         parser = CitedReplyParser()
@@ -133,14 +146,21 @@ class TestConstrainedGeneration:
 
 
 class TestPromptedSteps:
-    @pytest.mark.parametrize(("step", "name", "inputs"), [
-        (AnswerGenerator, "no_retrieval_answer", {"question": "Who wrote Hamlet?"}),
-        (CitedAnswerGenerator, "standard_answer", {"question": "Who wrote Hamlet?", "documents": DOCS}),
-        (MemoryAnswerGenerator, "resp_generate", {"question": "Where?", "memory": MEMORY}),
-        (ReSPJudge, "resp_judge", {"question": "Where?", "memory": MEMORY}),
-        (ReSPPlanner, "resp_plan", {"question": "Where?", "memory": MEMORY, "asked": ["Where?"], "rejected": "Who?"}),
-        (QueryRewriter, "atrag_rewrite", {"question": "Q?", "previous_queries": ["Q?"], "feedback": "unsupported"}),
-    ])
+    @pytest.mark.parametrize(
+        ("step", "name", "inputs"),
+        [
+            (AnswerGenerator, "no_retrieval_answer", {"question": "Who wrote Hamlet?"}),
+            (CitedAnswerGenerator, "standard_answer", {"question": "Who wrote Hamlet?", "documents": DOCS}),
+            (MemoryAnswerGenerator, "resp_generate", {"question": "Where?", "memory": MEMORY}),
+            (ReSPJudge, "resp_judge", {"question": "Where?", "memory": MEMORY}),
+            (
+                ReSPPlanner,
+                "resp_plan",
+                {"question": "Where?", "memory": MEMORY, "asked": ["Where?"], "rejected": "Who?"},
+            ),
+            (QueryRewriter, "atrag_rewrite", {"question": "Q?", "previous_queries": ["Q?"], "feedback": "unsupported"}),
+        ],
+    )
     def test_the_prompt_sent_is_the_template_rendered_as_before(self, step, name, inputs):
         llm = ScriptedChatGenerator(default="Spielberg")
         step(llm).run(**inputs)
@@ -150,42 +170,62 @@ class TestPromptedSteps:
     def test_the_cot_prompt_shows_at_most_its_documents_each_cut(self):
         llm = ScriptedChatGenerator(default="Reasoning: [2] says so.\nAnswer: Scotland [2]")
         out = CoTAnswerGenerator(llm, max_documents=2, max_document_chars=20).run(question="Where?", documents=DOCS * 2)
-        assert llm.calls[0]["prompt"] == render_prompt(load_prompt("atrag_answer"), question="Where?",
-                                                       documents=DOCS, max_document_chars=20)
-        assert out == {"answer": "Scotland [2]", "reasoning": "[2] says so.", "cited_documents": [DOCS[1]],
-                       "prompt_documents": DOCS}
+        assert llm.calls[0]["prompt"] == render_prompt(
+            load_prompt("atrag_answer"), question="Where?", documents=DOCS, max_document_chars=20
+        )
+        assert out == {
+            "answer": "Scotland [2]",
+            "reasoning": "[2] says so.",
+            "cited_documents": [DOCS[1]],
+            "prompt_documents": DOCS,
+        }
         assert CoTAnswerGenerator(llm).run(question="Where?", documents=[])["answer"] == "" and len(llm.calls) == 1
 
     def test_a_deployer_template_is_read_at_build_and_written_to_the_yaml(self, tmp_path):
         (tmp_path / "no_retrieval_answer.txt").write_text("Reply in French. {{ question }}\n", encoding="utf-8")
-        runtime = Runtime(Settings(data_dir=tmp_path, prompts_dir=tmp_path),
-                          chat_generator_factory=lambda role: ScriptedChatGenerator(default="Paris"))
+        runtime = Runtime(
+            Settings(data_dir=tmp_path, prompts_dir=tmp_path),
+            chat_generator_factory=lambda role: ScriptedChatGenerator(default="Paris"),
+        )
         from docqa.pipelines.registry import build_pipeline
 
         strategy = build_pipeline("no_retrieval", runtime)
         assert "Reply in French. {{ question }}" in strategy.dumps()
         llm = ScriptedChatGenerator(default="Paris")
         edited = strategy.dumps().replace("Reply in French.", "Reply in German.")
-        loaded = load_strategy(edited, name="edited", source="edited.yaml",
-                               runtime=Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: llm))
+        loaded = load_strategy(
+            edited,
+            name="edited",
+            source="edited.yaml",
+            runtime=Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: llm),
+        )
         assert loaded.run("Capital of France?", ALICE).answer == "Paris"
         assert llm.calls[0]["prompt"] == "Reply in German. Capital of France?"
 
     def test_a_step_round_trips_with_its_settings(self):
         pipeline = Pipeline()
-        pipeline.add_component("planner", ReSPPlanner(RoleChatGenerator("reasoner"), plan_template="P {{ question }}",
-                                                      max_plan_tokens=7))
+        pipeline.add_component(
+            "planner", ReSPPlanner(RoleChatGenerator("reasoner"), plan_template="P {{ question }}", max_plan_tokens=7)
+        )
         pipeline.add_component("judge", ReSPJudge(RoleChatGenerator("reasoner"), judge_template="J {{ question }}"))
         restored = Pipeline.loads(pipeline.dumps(), allowed_modules=list(ALLOWED_MODULES))
         again = restored.get_component("planner")
         assert (again.plan_template, again.max_plan_tokens, again.chat_generator.role) == (
-            "P {{ question }}", 7, "reasoner")
+            "P {{ question }}",
+            7,
+            "reasoner",
+        )
         assert restored.get_component("judge").judge_template == "J {{ question }}"
         assert restored.to_dict() == pipeline.to_dict()
 
     def test_its_inner_runs_are_child_steps_with_the_call_on_the_llm_step(self):
-        strategy = NoRetrievalPipeline(ScriptedChatGenerator(default="Paris"), prompt_template="Q: {{ question }}",
-                                       max_tokens=8, max_question_chars=100, model="scripted")
+        strategy = NoRetrievalPipeline(
+            ScriptedChatGenerator(default="Paris"),
+            prompt_template="Q: {{ question }}",
+            max_tokens=8,
+            max_question_chars=100,
+            model="scripted",
+        )
         result = strategy.run("Capital of France?", ALICE)
         steps = {s.name: s for s in result.steps}
         assert {steps[n].parent for n in ("answer_prompt", "answer_llm", "answer_parser")} == {steps["generator"].index}
@@ -199,15 +239,22 @@ class TestAnswerReview:
         llm = ScriptedChatGenerator(default='{"answer": "No"}')
         state = MSPRState(question="When was X born?", sources=("collection:main",)).evolve(answer="1962")
         out = AnswerReviewer(llm).run(state=state)
-        assert llm.calls[0]["prompt"] == render_prompt(load_prompt("mspr_review"), question="When was X born?",
-                                                       answer="1962", context="(nothing was retrieved)")
+        assert llm.calls[0]["prompt"] == render_prompt(
+            load_prompt("mspr_review"), question="When was X born?", answer="1962", context="(nothing was retrieved)"
+        )
         assert llm.calls[0]["generation_kwargs"]["response_format"]["type"] == "json_schema"
-        assert out["review"] == {"passed": False, "model_verdict": "no",
-                                 "reason": "the answer is not supported or incomplete", "answer": "1962"}
+        assert out["review"] == {
+            "passed": False,
+            "model_verdict": "no",
+            "reason": "the answer is not supported or incomplete",
+            "answer": "1962",
+        }
         assert (out["state"].phase, out["state"].reviews, out["state"].review_passed) == (Phase.REVIEWED, 1, False)
 
-    @pytest.mark.parametrize(("answer", "reply", "passed", "verdict"), [
-        ("  ", "Yes", False, None), ("1962", "Yes", True, "yes"), ("1962", "{", False, "unreadable")])
+    @pytest.mark.parametrize(
+        ("answer", "reply", "passed", "verdict"),
+        [("  ", "Yes", False, None), ("1962", "Yes", True, "yes"), ("1962", "{", False, "unreadable")],
+    )
     def test_an_empty_answer_is_not_asked_about_and_an_unreadable_verdict_fails(self, answer, reply, passed, verdict):
         llm = ScriptedChatGenerator(default=reply)
         state = MSPRState(question="Q?", sources=("collection:main",)).evolve(answer=answer)
@@ -218,8 +265,9 @@ class TestAnswerReview:
 
 class TestSourcePreference:
     def _state(self, *observed: tuple[Document, ...]) -> MSPRState:
-        observations = tuple(Observation(step=i, source="collection:main", query="q", documents=docs)
-                             for i, docs in enumerate(observed))
+        observations = tuple(
+            Observation(step=i, source="collection:main", query="q", documents=docs) for i, docs in enumerate(observed)
+        )
         return MSPRState(question="Where?", sources=("collection:main",), observations=observations)
 
     def test_new_passages_are_judged_once_and_the_verdict_is_typed_in_the_state(self):
@@ -229,7 +277,10 @@ class TestSourcePreference:
         verdict = out["state"].verdicts[-1]
         assert isinstance(verdict, SourceVerdict) and out["verdict"] == verdict.to_dict()
         assert (verdict.adds_information, verdict.model_verdict, verdict.new_document_ids) == (
-            False, "no", (DOCS[1].id,))
+            False,
+            "no",
+            (DOCS[1].id,),
+        )
         assert out["state"].phase == Phase.JUDGED
 
     def test_nothing_new_is_no_without_a_call_and_an_unreadable_verdict_stays(self):

@@ -26,10 +26,12 @@ DOCS = [Document(id="d1", content="Jaws was directed by Steven Spielberg.", meta
 
 
 def _memory() -> ReSPMemory:
-    return (ReSPMemory()
-            .with_evidence(GlobalEvidence(1, "Q?", "Jaws was directed by Spielberg.", ("d1",)))
-            .with_pathway(PathwayEntry(2, "Who directed Jaws?", True, "Spielberg", ("d1",)))
-            .with_pathway(PathwayEntry(3, "When was Jaws released?", False)))
+    return (
+        ReSPMemory()
+        .with_evidence(GlobalEvidence(1, "Q?", "Jaws was directed by Spielberg.", ("d1",)))
+        .with_pathway(PathwayEntry(2, "Who directed Jaws?", True, "Spielberg", ("d1",)))
+        .with_pathway(PathwayEntry(3, "When was Jaws released?", False))
+    )
 
 
 class TestReSPMemory:
@@ -63,25 +65,30 @@ class TestDualFunctionSummarizer:
     def test_global_summary_is_cut_at_done_and_bounded(self) -> None:
         llm = ScriptedChatGenerator(rules=[(GLOBAL, "Passage: " + "word " * 500 + "[DONE] ignored")])
         evidence = DualFunctionSummarizer(llm, max_summary_words=20).run(question="Q?", documents=DOCS)[
-            "global_evidence"]
+            "global_evidence"
+        ]
         assert evidence.summary == " ".join(["word"] * 20)
         assert evidence.document_ids == ("d1",)
         assert "Jaws was directed by Steven Spielberg." in llm.calls[0]["prompt"]
         assert llm.calls[0]["generation_kwargs"]["max_tokens"] == 160
 
-    @pytest.mark.parametrize(("reply", "answered", "answer"), [
-        ("Yes, Steven Spielberg.", True, "Steven Spielberg."),
-        ("yes: Spielberg", True, "Spielberg"),
-        ("Yes", False, ""),
-        ("No", False, ""),
-        ("No, but yes Spielberg", False, ""),
-        ("Spielberg directed it", False, ""),
-        ("", False, ""),
-    ])
+    @pytest.mark.parametrize(
+        ("reply", "answered", "answer"),
+        [
+            ("Yes, Steven Spielberg.", True, "Steven Spielberg."),
+            ("yes: Spielberg", True, "Spielberg"),
+            ("Yes", False, ""),
+            ("No", False, ""),
+            ("No, but yes Spielberg", False, ""),
+            ("Spielberg directed it", False, ""),
+            ("", False, ""),
+        ],
+    )
     def test_local_answer_counts_only_after_a_leading_yes(self, reply: str, answered: bool, answer: str) -> None:
         llm = ScriptedChatGenerator(rules=[(LOCAL, reply)])
-        out = DualFunctionSummarizer(llm).run(question="Q?", documents=DOCS, memory=ReSPMemory(),
-                                              sub_question="Who directed Jaws?", iteration=2)
+        out = DualFunctionSummarizer(llm).run(
+            question="Q?", documents=DOCS, memory=ReSPMemory(), sub_question="Who directed Jaws?", iteration=2
+        )
         entry = out["pathway_entry"]
         assert (entry.sub_question, entry.answered, entry.answer) == ("Who directed Jaws?", answered, answer)
 
@@ -101,8 +108,9 @@ class TestDualFunctionSummarizer:
 
     def test_run_with_sub_question_updates_both_queues(self) -> None:
         llm = ScriptedChatGenerator(rules=[(GLOBAL, "Spielberg directed Jaws. [DONE]"), (LOCAL, "Yes, Spielberg")])
-        out = DualFunctionSummarizer(llm).run(question="Q?", documents=DOCS, memory=_memory(),
-                                              sub_question="Who made Jaws?", iteration=4)
+        out = DualFunctionSummarizer(llm).run(
+            question="Q?", documents=DOCS, memory=_memory(), sub_question="Who made Jaws?", iteration=4
+        )
         assert len(out["memory"].global_evidence) == 2 and len(out["memory"].local_pathway) == 3
         assert out["pathway_entry"] == PathwayEntry(4, "Who made Jaws?", True, "Spielberg", ("d1",))
 
@@ -112,9 +120,12 @@ class TestDualFunctionSummarizer:
         with pytest.raises(ValueError):
             DualFunctionSummarizer(ScriptedChatGenerator()).run(question="Q?", documents=DOCS, iteration=0)
 
+
 class TestReSPJudge:
-    @pytest.mark.parametrize(("reply", "expected"), [('{"answer": "Yes"}', (True, "yes")), ("No", (False, "no")),
-                                                     ("hmm", (False, "unreadable"))])
+    @pytest.mark.parametrize(
+        ("reply", "expected"),
+        [('{"answer": "Yes"}', (True, "yes")), ("No", (False, "no")), ("hmm", (False, "unreadable"))],
+    )
     def test_judge(self, reply: str, expected: tuple[bool, str]) -> None:
         llm = ScriptedChatGenerator(rules=[(JUDGE, reply)])
         out = ReSPJudge(llm).run(question="Q?", memory=_memory())
@@ -124,14 +135,17 @@ class TestReSPJudge:
 
 
 class TestReSPPlanner:
-    @pytest.mark.parametrize(("reply", "expected"), [
-        ("When was Spielberg born?", "When was Spielberg born?"),
-        ("[Your thought]: When was Spielberg born?\nMore thoughts", "When was Spielberg born?"),
-        ("\n\n1. Thought: \"Where was Spielberg born?\"", "Where was Spielberg born?"),
-        ("- Sub-question 2: Who scored Jaws?", "Who scored Jaws?"),
-        ("", None),
-        ("?\n[Your thought]:", None),
-    ])
+    @pytest.mark.parametrize(
+        ("reply", "expected"),
+        [
+            ("When was Spielberg born?", "When was Spielberg born?"),
+            ("[Your thought]: When was Spielberg born?\nMore thoughts", "When was Spielberg born?"),
+            ('\n\n1. Thought: "Where was Spielberg born?"', "Where was Spielberg born?"),
+            ("- Sub-question 2: Who scored Jaws?", "Who scored Jaws?"),
+            ("", None),
+            ("?\n[Your thought]:", None),
+        ],
+    )
     def test_plan_is_cleaned_or_refused(self, reply: str, expected: str | None) -> None:
         llm = ScriptedChatGenerator(rules=[(PLAN, reply)])
         out = ReSPPlanner(llm).run(question="Q?", memory=_memory(), asked=["Q?"])
@@ -147,8 +161,9 @@ class TestReSPPlanner:
 
     def test_plan_prompt_lists_asked_questions_and_the_rejected_one(self) -> None:
         llm = ScriptedChatGenerator(rules=[(PLAN, "Who scored Jaws?")])
-        ReSPPlanner(llm).run(question="Q?", memory=ReSPMemory(), asked=["Q?", "Who directed Jaws?"],
-                             rejected="Who made Jaws?")
+        ReSPPlanner(llm).run(
+            question="Q?", memory=ReSPMemory(), asked=["Q?", "Who directed Jaws?"], rejected="Who made Jaws?"
+        )
         prompt = llm.calls[0]["prompt"]
         assert "- Who directed Jaws?" in prompt and '"Who made Jaws?" repeats' in prompt
 
@@ -197,8 +212,10 @@ class TestReSPController:
         out = _report(controller, ReSPLoopState(asked=("Q?",)), sufficient=False)
         assert (out["attempt"], out["rejected"], out["asked"]) == (1, None, ["Q?"])
 
-    @pytest.mark.parametrize(("sub_question", "refusal", "rejected"), [
-        (None, "no_plan", None), ("Who directed Jaws?", "repeated_plan", "Who directed Jaws?")])
+    @pytest.mark.parametrize(
+        ("sub_question", "refusal", "rejected"),
+        [(None, "no_plan", None), ("Who directed Jaws?", "repeated_plan", "Who directed Jaws?")],
+    )
     def test_a_refused_plan_is_retried_once_then_stops(self, sub_question, refusal, rejected) -> None:
         controller = ReSPController()
         first = _report(controller, ReSPLoopState(attempt=1), sub_question=sub_question, accepted=False)
@@ -245,14 +262,16 @@ class TestMemoryAnswerGenerator:
 
 def test_components_survive_a_pipeline_yaml_round_trip() -> None:
     def chat() -> OpenAIChatGenerator:
-        return OpenAIChatGenerator(api_key=Secret.from_env_var("DOCQA_UNUSED_KEY"), model="m",
-                                   api_base_url="http://127.0.0.1:9/v1")
+        return OpenAIChatGenerator(
+            api_key=Secret.from_env_var("DOCQA_UNUSED_KEY"), model="m", api_base_url="http://127.0.0.1:9/v1"
+        )
 
     pipeline = Pipeline()
     pipeline.add_component("summarizer", DualFunctionSummarizer(chat(), max_answer_tokens=9))
     pipeline.add_component("judge", ReSPJudge(chat(), judge_template="J {{ question }}"))
-    pipeline.add_component("planner", ReSPPlanner(chat(), SubQuestionGuard(similarity_threshold=0.7),
-                                                  max_plan_tokens=7))
+    pipeline.add_component(
+        "planner", ReSPPlanner(chat(), SubQuestionGuard(similarity_threshold=0.7), max_plan_tokens=7)
+    )
     pipeline.add_component("controller", ReSPController(max_iterations=4))
     pipeline.add_component("generator", MemoryAnswerGenerator(chat(), max_tokens=5))
     pipeline.add_component("guard", SubQuestionGuard(similarity_threshold=0.8))
@@ -294,18 +313,22 @@ class TestSubQuestionGuard:
         assert out["repeated"] is False and out["similarity"] is None
 
     def test_embedding_similarity_catches_paraphrases(self) -> None:
-        embedder = _TableEmbedder({
-            "Who was the director of Jaws?": [1.0, 0.1, 0.0],
-            "Who directed Jaws?": [0.9, 0.1, 0.0],
-            "When was Jaws released?": [0.0, 0.0, 1.0],
-        })
+        embedder = _TableEmbedder(
+            {
+                "Who was the director of Jaws?": [1.0, 0.1, 0.0],
+                "Who directed Jaws?": [0.9, 0.1, 0.0],
+                "When was Jaws released?": [0.0, 0.0, 1.0],
+            }
+        )
         guard = SubQuestionGuard(embedder, similarity_threshold=0.95)
-        out = guard.run(candidate="Who was the director of Jaws?",
-                        asked=["When was Jaws released?", "Who directed Jaws?"])
+        out = guard.run(
+            candidate="Who was the director of Jaws?", asked=["When was Jaws released?", "Who directed Jaws?"]
+        )
         assert out["repeated"] is True and out["method"] == "embedding"
         assert out["matched"] == "Who directed Jaws?"
-        assert out["similarity"] == pytest.approx(float(np.dot([1, .1, 0], [.9, .1, 0]) /
-                                                        (np.linalg.norm([1, .1, 0]) * np.linalg.norm([.9, .1, 0]))))
+        assert out["similarity"] == pytest.approx(
+            float(np.dot([1, 0.1, 0], [0.9, 0.1, 0]) / (np.linalg.norm([1, 0.1, 0]) * np.linalg.norm([0.9, 0.1, 0])))
+        )
         fresh = guard.run(candidate="When was Jaws released?", asked=["Who directed Jaws?"])
         assert fresh["repeated"] is False and fresh["similarity"] < 0.95
         calls = embedder.calls

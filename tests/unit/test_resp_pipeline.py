@@ -40,16 +40,20 @@ class TestOverPlanning:
     """The paper's "Twisted Fortune" case: the first retrieval already answers, so the loop must stop there."""
 
     def setup_method(self) -> None:
-        self.retriever = KeywordRetriever([
-            doc("tf", "Twisted Fortune is a 1997 film directed by Lena Hart.", "Twisted Fortune"),
-            doc("lh", "Lena Hart is an American film director born in Ohio.", "Lena Hart"),
-        ])
-        self.llm = ScriptedChatGenerator(rules=[
-            (JUDGE, '{"answer": "Yes"}'),
-            (PLAN, "Where was Lena Hart born?"),
-            (GLOBAL, "Twisted Fortune was directed by Lena Hart, an American director. [DONE]"),
-            (GENERATE, "American"),
-        ])
+        self.retriever = KeywordRetriever(
+            [
+                doc("tf", "Twisted Fortune is a 1997 film directed by Lena Hart.", "Twisted Fortune"),
+                doc("lh", "Lena Hart is an American film director born in Ohio.", "Lena Hart"),
+            ]
+        )
+        self.llm = ScriptedChatGenerator(
+            rules=[
+                (JUDGE, '{"answer": "Yes"}'),
+                (PLAN, "Where was Lena Hart born?"),
+                (GLOBAL, "Twisted Fortune was directed by Lena Hart, an American director. [DONE]"),
+                (GENERATE, "American"),
+            ]
+        )
 
     def test_stops_on_the_first_yes(self) -> None:
         result = build(self.llm, self.retriever).run("What nationality is the director of Twisted Fortune?", SCOPE)
@@ -77,14 +81,21 @@ class TestOverPlanning:
         ]
         # A prompted LLM step's prompt, model call and parser are its child steps; the call is on the middle one.
         inner = [(s.kind, s.name, result.steps[s.parent].name) for s in result.steps if s.parent is not None]
-        assert inner == [("prompt", "resp_judge_prompt", "resp_judge"), ("llm", "resp_judge_llm", "resp_judge"),
-                         ("parse", "resp_judge_parser", "resp_judge"),
-                         ("prompt", "resp_generate_prompt", "memory_answer_generator"),
-                         ("generation", "resp_generate_llm", "memory_answer_generator"),
-                         ("parse", "resp_generate_parser", "memory_answer_generator")]
+        assert inner == [
+            ("prompt", "resp_judge_prompt", "resp_judge"),
+            ("llm", "resp_judge_llm", "resp_judge"),
+            ("parse", "resp_judge_parser", "resp_judge"),
+            ("prompt", "resp_generate_prompt", "memory_answer_generator"),
+            ("generation", "resp_generate_llm", "memory_answer_generator"),
+            ("parse", "resp_generate_parser", "memory_answer_generator"),
+        ]
         # Between them, the controller decides what comes next (its state returns through the loop joiner).
         assert [(d["event"], d["next"]) for d in decisions(result)] == [
-            ("start", "retrieve"), ("retrieved", "summarize"), ("summarized", "judge"), ("judged", "answer")]
+            ("start", "retrieve"),
+            ("retrieved", "summarize"),
+            ("summarized", "judge"),
+            ("judged", "answer"),
+        ]
         retrieved = work[0].outputs["documents"]
         assert {d["id"] for d in retrieved} == {"tf", "lh"}
         assert all(isinstance(d["score"], float) for d in retrieved)
@@ -101,23 +112,35 @@ class TestRepetitivePlanning:
     QUESTION = "In which city was the martial arts school of Rachelle Amy Beinart founded?"
 
     def setup_method(self) -> None:
-        self.retriever = KeywordRetriever([
-            doc("rab", "Rachelle Amy Beinart is an actress who trained in taekwondo at the Jhoon Rhee school.",
-                "Rachelle Amy Beinart"),
-            doc("jr", "The Jhoon Rhee school of taekwondo was founded in Washington.", "Jhoon Rhee"),
-            doc("tk", "Taekwondo is a Korean martial art.", "Taekwondo"),
-        ])
+        self.retriever = KeywordRetriever(
+            [
+                doc(
+                    "rab",
+                    "Rachelle Amy Beinart is an actress who trained in taekwondo at the Jhoon Rhee school.",
+                    "Rachelle Amy Beinart",
+                ),
+                doc("jr", "The Jhoon Rhee school of taekwondo was founded in Washington.", "Jhoon Rhee"),
+                doc("tk", "Taekwondo is a Korean martial art.", "Taekwondo"),
+            ]
+        )
 
     def test_never_retrieves_the_same_sub_question_twice(self) -> None:
-        llm = ScriptedChatGenerator(rules=[
-            (JUDGE, "No"),
-            (PLAN, ["Where was the Jhoon Rhee school founded?",
-                    "Where was the Jhoon Rhee school founded?",
-                    "where was Jhoon Rhee school founded"]),
-            (GLOBAL, "Rachelle Amy Beinart trained in taekwondo. [DONE]"),
-            (LOCAL, "Yes, the Jhoon Rhee school."),
-            (GENERATE, "Washington"),
-        ])
+        llm = ScriptedChatGenerator(
+            rules=[
+                (JUDGE, "No"),
+                (
+                    PLAN,
+                    [
+                        "Where was the Jhoon Rhee school founded?",
+                        "Where was the Jhoon Rhee school founded?",
+                        "where was Jhoon Rhee school founded",
+                    ],
+                ),
+                (GLOBAL, "Rachelle Amy Beinart trained in taekwondo. [DONE]"),
+                (LOCAL, "Yes, the Jhoon Rhee school."),
+                (GENERATE, "Washington"),
+            ]
+        )
         result = build(llm, self.retriever, max_iterations=6).run(self.QUESTION, SCOPE)
 
         queries = [call["query"] for call in self.retriever.calls]
@@ -131,13 +154,15 @@ class TestRepetitivePlanning:
         assert result.answer == "Washington"
 
     def test_a_replan_that_is_new_continues_the_loop(self) -> None:
-        llm = ScriptedChatGenerator(rules=[
-            (JUDGE, ["No", "Yes"]),
-            (PLAN, [self.QUESTION, "Where was the Jhoon Rhee school founded?"]),
-            (GLOBAL, "Beinart trained at the Jhoon Rhee school. [DONE]"),
-            (LOCAL, "Yes, Washington."),
-            (GENERATE, "Washington"),
-        ])
+        llm = ScriptedChatGenerator(
+            rules=[
+                (JUDGE, ["No", "Yes"]),
+                (PLAN, [self.QUESTION, "Where was the Jhoon Rhee school founded?"]),
+                (GLOBAL, "Beinart trained at the Jhoon Rhee school. [DONE]"),
+                (LOCAL, "Yes, Washington."),
+                (GENERATE, "Washington"),
+            ]
+        )
         result = build(llm, self.retriever).run(self.QUESTION, SCOPE)
 
         assert [c["query"] for c in self.retriever.calls] == [self.QUESTION, "Where was the Jhoon Rhee school founded?"]
@@ -146,8 +171,9 @@ class TestRepetitivePlanning:
         assert plans[0].outputs["repeat_check"]["method"] == "text"
 
     def test_an_unusable_plan_is_retried_once_then_stops(self) -> None:
-        llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, ["", "[Your thought]:"]), (GLOBAL, "x [DONE]")],
-                                    default="Washington")
+        llm = ScriptedChatGenerator(
+            rules=[(JUDGE, "No"), (PLAN, ["", "[Your thought]:"]), (GLOBAL, "x [DONE]")], default="Washington"
+        )
         result = build(llm, self.retriever).run(self.QUESTION, SCOPE)
 
         assert result.stop_reason == resp.STOP_NO_PLAN
@@ -159,18 +185,21 @@ class TestIterationLimit:
     def setup_method(self) -> None:
         self.retriever = KeywordRetriever([doc(f"d{i}", f"fact{i} about topic{i} alpha", f"T{i}") for i in range(8)])
         counter = iter(range(1, 100))
-        self.llm = ScriptedChatGenerator(rules=[
-            (JUDGE, "No"),
-            (PLAN, lambda _prompt: f"What is topic{next(counter)}?"),
-            (GLOBAL, "alpha facts [DONE]"),
-            (LOCAL, "No"),
-            (GENERATE, "unknown"),
-        ])
+        self.llm = ScriptedChatGenerator(
+            rules=[
+                (JUDGE, "No"),
+                (PLAN, lambda _prompt: f"What is topic{next(counter)}?"),
+                (GLOBAL, "alpha facts [DONE]"),
+                (LOCAL, "No"),
+                (GENERATE, "unknown"),
+            ]
+        )
 
     @pytest.mark.parametrize("max_iterations", [1, 2, 3])
     def test_stops_at_m(self, max_iterations: int) -> None:
         result = build(self.llm, self.retriever, max_iterations=max_iterations, top_k=1).run(
-            "Which alpha topic matters?", SCOPE)
+            "Which alpha topic matters?", SCOPE
+        )
 
         assert result.stop_reason == resp.STOP_MAX_ITERATIONS
         assert len(self.retriever.calls) == max_iterations
@@ -180,8 +209,9 @@ class TestIterationLimit:
         assert [s.name for s in steps_of(result, "generation")] == ["memory_answer_generator", "resp_generate_llm"]
 
     def test_unreadable_judgements_do_not_loop_past_m(self) -> None:
-        llm = ScriptedChatGenerator(rules=[(JUDGE, "maybe??"), (PLAN, ["What is topic1?", "What is topic2?"])],
-                                    default="alpha [DONE]")
+        llm = ScriptedChatGenerator(
+            rules=[(JUDGE, "maybe??"), (PLAN, ["What is topic1?", "What is topic2?"])], default="alpha [DONE]"
+        )
         result = build(llm, self.retriever, max_iterations=3, top_k=1).run("Which alpha topic matters?", SCOPE)
 
         assert result.stop_reason == resp.STOP_MAX_ITERATIONS
@@ -192,18 +222,29 @@ class TestMemories:
     QUESTION = "Where was the director of Glass Harbor born?"
 
     def setup_method(self) -> None:
-        self.retriever = KeywordRetriever([
-            doc("gh", "Glass Harbor is a film by the director Omar Vance. ZEBRA-7 raw passage text.", "Glass Harbor"),
-            doc("ov", "Omar Vance was born in Lisbon in 1950. QUOKKA-9 raw passage text.", "Omar Vance"),
-        ])
-        self.llm = ScriptedChatGenerator(rules=[
-            (JUDGE, ["No", "Yes"]),
-            (PLAN, "Where was Omar Vance born?"),
-            (GLOBAL, ["Response: Glass Harbor was directed by Omar Vance. [DONE] trailing junk",
-                      "Omar Vance was born in Lisbon. [DONE]"]),
-            (LOCAL, "Yes, in Lisbon."),
-            (GENERATE, "Answer: Lisbon\nbecause the memory says so"),
-        ])
+        self.retriever = KeywordRetriever(
+            [
+                doc(
+                    "gh", "Glass Harbor is a film by the director Omar Vance. ZEBRA-7 raw passage text.", "Glass Harbor"
+                ),
+                doc("ov", "Omar Vance was born in Lisbon in 1950. QUOKKA-9 raw passage text.", "Omar Vance"),
+            ]
+        )
+        self.llm = ScriptedChatGenerator(
+            rules=[
+                (JUDGE, ["No", "Yes"]),
+                (PLAN, "Where was Omar Vance born?"),
+                (
+                    GLOBAL,
+                    [
+                        "Response: Glass Harbor was directed by Omar Vance. [DONE] trailing junk",
+                        "Omar Vance was born in Lisbon. [DONE]",
+                    ],
+                ),
+                (LOCAL, "Yes, in Lisbon."),
+                (GENERATE, "Answer: Lisbon\nbecause the memory says so"),
+            ]
+        )
 
     def test_generator_sees_the_memories_not_the_documents(self) -> None:
         result = build(self.llm, self.retriever).run(self.QUESTION, SCOPE)
@@ -226,8 +267,13 @@ class TestMemories:
         assert summaries[0].outputs["pathway_entry"] is None
         assert [s.outputs["global_evidence"]["iteration"] for s in summaries] == [1, 2]
         entry = summaries[1].outputs["pathway_entry"]
-        assert entry == {"iteration": 2, "sub_question": "Where was Omar Vance born?", "answered": True,
-                         "answer": "in Lisbon.", "document_ids": ["ov"]}
+        assert entry == {
+            "iteration": 2,
+            "sub_question": "Where was Omar Vance born?",
+            "answered": True,
+            "answer": "in Lisbon.",
+            "document_ids": ["ov"],
+        }
         judge_prompt = _prompts(self.llm, JUDGE)[-1]
         assert "Where was Omar Vance born? Answer: in Lisbon." in judge_prompt
         assert "QUOKKA-9" not in judge_prompt
@@ -235,8 +281,14 @@ class TestMemories:
         assert {c.document_id for c in result.citations} == {"ov"}
 
     def test_no_new_evidence_stops_the_loop(self) -> None:
-        llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, "Who directed Glass Harbor film?"),
-                                           (GLOBAL, "Omar Vance directed it. [DONE]")], default="Lisbon")
+        llm = ScriptedChatGenerator(
+            rules=[
+                (JUDGE, "No"),
+                (PLAN, "Who directed Glass Harbor film?"),
+                (GLOBAL, "Omar Vance directed it. [DONE]"),
+            ],
+            default="Lisbon",
+        )
         result = build(llm, self.retriever).run(self.QUESTION, SCOPE)
 
         assert result.stop_reason == resp.STOP_NO_NEW_EVIDENCE
@@ -247,13 +299,21 @@ class TestMemories:
 
 class TestAccessControl:
     def test_every_retrieval_carries_the_callers_filters(self) -> None:
-        retriever = KeywordRetriever([
-            doc("pub", "Nova Bridge spans the river Kel.", "Nova Bridge"),
-            doc("secret", "Nova Bridge secret budget memo about river Kel.", "Memo", access=("finance",)),
-            doc("other", "Nova Bridge river Kel tenant two copy.", "Copy", tenant="globex"),
-        ])
-        llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, ["Which river does Nova Bridge span?"]),
-                                           (GLOBAL, "Nova Bridge spans the Kel. [DONE]")], default="Kel")
+        retriever = KeywordRetriever(
+            [
+                doc("pub", "Nova Bridge spans the river Kel.", "Nova Bridge"),
+                doc("secret", "Nova Bridge secret budget memo about river Kel.", "Memo", access=("finance",)),
+                doc("other", "Nova Bridge river Kel tenant two copy.", "Copy", tenant="globex"),
+            ]
+        )
+        llm = ScriptedChatGenerator(
+            rules=[
+                (JUDGE, "No"),
+                (PLAN, ["Which river does Nova Bridge span?"]),
+                (GLOBAL, "Nova Bridge spans the Kel. [DONE]"),
+            ],
+            default="Kel",
+        )
         extra = {"field": "meta.title", "operator": "!=", "value": "Excluded"}
         pipeline = build(llm, retriever, max_iterations=2, top_k=3)
         result = pipeline.run("What does Nova Bridge span?", SCOPE, filters=extra)
@@ -270,9 +330,15 @@ class _BarrierChat:
     """Iteration 2's two summaries must be in flight at once to pass the barrier; sequential calls break it."""
 
     def __init__(self) -> None:
-        self.inner = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, "Who built Nova Bridge?"),
-                                                  (LOCAL, "Yes, Ada Stone."), (GLOBAL, "Summary. [DONE]")],
-                                           default="Ada Stone")
+        self.inner = ScriptedChatGenerator(
+            rules=[
+                (JUDGE, "No"),
+                (PLAN, "Who built Nova Bridge?"),
+                (LOCAL, "Yes, Ada Stone."),
+                (GLOBAL, "Summary. [DONE]"),
+            ],
+            default="Ada Stone",
+        )
         self.barrier = threading.Barrier(2, timeout=20)
         self.global_calls = 0
         self.waited = 0
@@ -292,11 +358,16 @@ class _BarrierChat:
 
 
 def test_global_and_local_summaries_of_one_iteration_run_concurrently() -> None:
-    retriever = KeywordRetriever([doc("a", "Nova Bridge was built by Ada Stone.", "Nova Bridge"),
-                                  doc("b", "Who built it? Ada Stone built Nova Bridge in 1901.", "Ada Stone")])
+    retriever = KeywordRetriever(
+        [
+            doc("a", "Nova Bridge was built by Ada Stone.", "Nova Bridge"),
+            doc("b", "Who built it? Ada Stone built Nova Bridge in 1901.", "Ada Stone"),
+        ]
+    )
     llm = _BarrierChat()
-    result = build(llm, retriever, max_iterations=2).run("Who was the builder of the Nova Bridge over the river?",
-                                                         SCOPE)
+    result = build(llm, retriever, max_iterations=2).run(
+        "Who was the builder of the Nova Bridge over the river?", SCOPE
+    )
 
     assert llm.waited == 2
     assert not llm.barrier.broken
@@ -307,10 +378,12 @@ class TestRunBounds:
     QUESTION = "Where was the director of Glass Harbor born?"
 
     def setup_method(self) -> None:
-        self.retriever = KeywordRetriever([
-            doc("gh", "Glass Harbor is a film by the director Omar Vance.", "Glass Harbor"),
-            doc("ov", "Omar Vance was born in Lisbon in 1950.", "Omar Vance"),
-        ])
+        self.retriever = KeywordRetriever(
+            [
+                doc("gh", "Glass Harbor is a film by the director Omar Vance.", "Glass Harbor"),
+                doc("ov", "Omar Vance was born in Lisbon in 1950.", "Omar Vance"),
+            ]
+        )
 
     def test_the_llm_budget_stops_the_graph_and_the_run_answers_with_what_it_retrieved(self) -> None:
         llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, "Where was Omar Vance born?")], default="x [DONE]")
@@ -343,8 +416,9 @@ class TestRunBounds:
             run.stop("cancelled")
             return "No"
 
-        llm = ScriptedChatGenerator(rules=[(JUDGE, judge_then_cancel), (PLAN, "Where was Omar Vance born?")],
-                                    default="x [DONE]")
+        llm = ScriptedChatGenerator(
+            rules=[(JUDGE, judge_then_cancel), (PLAN, "Where was Omar Vance born?")], default="x [DONE]"
+        )
         with run.active(), pytest.raises(RunStopped):
             build(llm, self.retriever).run(self.QUESTION, SCOPE)
         assert len(llm.calls) == 2 and len(self.retriever.calls) == 1
@@ -366,8 +440,13 @@ def test_config_names_limits_and_prompt_fingerprints() -> None:
     pipeline = build(ScriptedChatGenerator(default="x"), KeywordRetriever([]), max_iterations=4, top_k=7)
     config = pipeline.config()
     assert config["max_iterations"] == 4 and config["top_k"] == 7
-    assert set(config["prompts"]) == {"resp_global_evidence", "resp_local_pathway", "resp_judge", "resp_plan",
-                                      "resp_generate"}
+    assert set(config["prompts"]) == {
+        "resp_global_evidence",
+        "resp_local_pathway",
+        "resp_judge",
+        "resp_plan",
+        "resp_generate",
+    }
 
 
 @pytest.mark.parametrize(("top_k", "max_iterations"), [(0, 3), (101, 3), (5, 0), (5, 11)])
