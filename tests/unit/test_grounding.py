@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from haystack import Document, Pipeline, component
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, StreamingChunk
 from haystack.document_stores.types import DuplicatePolicy
 
 from docqa.access import AccessScope
@@ -20,6 +20,7 @@ from docqa.pipelines.yaml_strategies import load_strategy
 from docqa.result import PipelineResult
 from docqa.runtime import Runtime
 from docqa.settings import Settings
+from docqa.token_stream import stream_answer_tokens
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
 from tests.support.scripted_chat import ScriptedChatGenerator
 from tests.support.yaml_strategy_files import bm25_rag_yaml
@@ -183,10 +184,17 @@ class Ask:
     """One strategy over the travel and meals passages, its final answer scripted (a text, or a function of the
     passages the answer is given, numbered as the generator numbers them)."""
 
-    def __init__(self, tmp_path, strategy: str, documents: list[Document] | None = None) -> None:
+    def __init__(
+        self,
+        tmp_path,
+        strategy: str,
+        documents: list[Document] | None = None,
+        llm_class: type[ScriptedChatGenerator] = ScriptedChatGenerator,
+    ) -> None:
         self.settings = Settings(data_dir=tmp_path, top_k=2, retrieval_candidates=5)
         self.strategy = strategy
         self.documents = documents if documents is not None else [TRAVEL_DOC, MEALS_DOC]
+        self.llm_class = llm_class
 
     def run(self, answer: Answer, scope: AccessScope = ALICE) -> tuple[PipelineResult, ScriptedChatGenerator]:
         observed: list[str] = []  # what mspr and resp were given, in the order of their citations
@@ -213,7 +221,7 @@ class Ask:
             "contregen": [(TREE_PLAN, '{"sub_questions": []}'),
                           (RELEVANCE, lambda p: json.dumps({"relevant": list(range(1, len(_numbered(p)) + 1))}))],
         }[self.strategy]
-        llm = ScriptedChatGenerator(rules=[*rules, (r".", final)])
+        llm = self.llm_class(rules=[*rules, (r".", final)])
         runtime = HashRuntime(self.settings, chat_generator_factory=lambda role: llm)
         runtime.document_store.write_documents(HashDocumentEmbedder().run(documents=self.documents)["documents"],
                                                policy=DuplicatePolicy.OVERWRITE)
@@ -281,6 +289,63 @@ class TestEveryStrategy:
         assert result.answer == "No passage that alice or everyone may read matches the question."
         assert result.answer_source == "none" and result.citations == []
         assert result.steps  # a trace: the access check
+
+
+class EchoingStream(ScriptedChatGenerator):
+    """Streams in 16-character pieces when a call streams (only answer calls do), and such a reply starts by
+    repeating the whole prompt, as small base models do; other calls answer as scripted."""
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(
+        self,
+        messages: list[ChatMessage],
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: Callable[[StreamingChunk], None] | None = None,
+    ) -> dict[str, Any]:
+        reply = super().run(messages, generation_kwargs)["replies"][0]
+        if streaming_callback is None:
+            return {"replies": [reply]}
+        text = f"{messages[-1].text}\n{reply.text}"
+        for start in range(0, len(text), 16):
+            streaming_callback(StreamingChunk(content=text[start : start + 16]))
+        return {"replies": [ChatMessage.from_assistant(text, meta=reply.meta)]}
+
+    @component.output_types(replies=list[ChatMessage])
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        generation_kwargs: dict[str, Any] | None = None,
+        streaming_callback: Callable[[StreamingChunk], None] | None = None,
+    ) -> dict[str, Any]:
+        return self.run(messages, generation_kwargs, streaming_callback)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_prompt_echo_at_the_start_of_a_stream_is_never_streamed(tmp_path, strategy):
+    tokens: list[tuple[str, int]] = []
+    with stream_answer_tokens(lambda text, call: tokens.append((text, call))):
+        result, llm = Ask(tmp_path, strategy, llm_class=EchoingStream).run(
+            _cite("hotel limit", "The hotel limit is €5000 per year [{n}].")
+        )
+    assert (result.answer, result.answer_source) == ("The hotel limit is €5000 per year [1].", "model")
+    streamed = "".join(text for text, _ in tokens)
+    # Nothing of the prompt reaches the stream: not its instructions, the question, or the passages it numbers.
+    prompts = [call["prompt"] for call in llm.calls]
+    instructions = {
+        line.strip()
+        for prompt in prompts
+        for line in prompt.splitlines()
+        if len(line.strip()) > 20 and not line.startswith("[") and QUESTION not in line
+    }
+    assert not any(line in streamed for line in instructions)
+    assert QUESTION not in streamed and TRAVEL not in streamed and MEALS not in streamed
+    if strategy == "mspr":
+        assert tokens == []  # its answer is an agent action (JSON), which never streams
+    else:
+        # The answer call's stream is the reply after the echo, exactly (its own passage numbering).
+        last = max(call for _, call in tokens)
+        shown = "".join(text for text, call in tokens if call == last)
+        assert re.fullmatch(r"The hotel limit is €5000 per year \[\d\]\.", shown), streamed
 
 
 def test_no_retrieval_checks_markers_but_has_no_passages_to_check_facts_against(tmp_path):
