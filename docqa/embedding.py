@@ -492,6 +492,21 @@ class OnnxEncoder:
         return out
 
 
+_ENCODERS: dict[tuple[str, str, int, int], OnnxEncoder] = {}
+_ENCODERS_LOCK = threading.Lock()
+
+
+def shared_encoder(model: str, onnx_file: Path, threads: int = 0) -> OnnxEncoder:
+    """The process's one encoder of an export: every embedder of the same model, export and threads shares its session
+    (a component instance belongs to one graph, so a deployment holds several embedders of one model; ONNX Runtime
+    sessions and tokenizers are safe to call from several threads). A file exported again is a new encoder."""
+    key = (model, str(onnx_file), threads, onnx_file.stat().st_mtime_ns)
+    with _ENCODERS_LOCK:
+        if key not in _ENCODERS:
+            _ENCODERS[key] = OnnxEncoder(model, onnx_file, threads=threads)
+        return _ENCODERS[key]
+
+
 class _OnnxComponent:
     def __init__(self, model: str, cache_dir: str, quantize: bool = False, threads: int = 0) -> None:
         if not model or not cache_dir:
@@ -510,7 +525,7 @@ class _OnnxComponent:
         with self._warm_lock:
             if self.encoder is None:
                 export = ensure_onnx_export(self.model, self.cache_dir, self.quantize)
-                self.encoder = OnnxEncoder(self.model, export / "model.onnx", threads=self.threads)
+                self.encoder = shared_encoder(self.model, export / "model.onnx", self.threads)
 
     def _encoder(self) -> OnnxEncoder:
         if self.encoder is None:

@@ -84,6 +84,20 @@ class TestOnnxBackends:
         doc = build_document_embedder(settings).run(documents=[Document(content=TEXTS[0])])["documents"][0]
         assert np.allclose(vector, doc.embedding, atol=1e-5)
 
+    def test_query_and_document_embedders_share_one_session(self, data_dir):
+        # A deployment holds one embedder per graph (the retriever's, ReSP's repeat guard's, ingestion's): they
+        # must not each load the model.
+        settings = Settings(data_dir=data_dir, embedding_backend="onnx-int8")
+        query, document = build_text_embedder(settings), build_document_embedder(settings)
+        query.warm_up()
+        document.warm_up()
+        assert query.encoder is document.encoder
+        other_threads = build_text_embedder(settings.model_copy(update={"embedding_threads": 3}))
+        other_threads.warm_up()
+        assert other_threads.encoder is not query.encoder
+        vector = query.run(text=TEXTS[1])["embedding"]
+        assert document.run(documents=[Document(content=TEXTS[1])])["documents"][0].embedding == vector
+
     def test_export_is_recorded_and_reused(self, data_dir, monkeypatch):
         model = embedding.embedding_model_path(Settings())
         export = ensure_onnx_export(model, str(data_dir / "models"))
