@@ -78,6 +78,7 @@ class PromptedLLM(SuperComponent):
         purpose: str = "text",
         llm_kind: str = LLM_KIND,
         request: Any = None,
+        check: Any = None,
         init_parameters: Mapping[str, Any] | None = None,
     ) -> None:
         """
@@ -98,6 +99,9 @@ class PromptedLLM(SuperComponent):
         :param llm_kind: the step kind of the model call ("generation" when its reply is the answer).
         :param request: a first node (`<purpose>_request`) whose inputs are the step's and whose outputs of the
             same names feed the template variables and the parser (e.g. the prompt's parts read from a state).
+        :param check: a last node (`<purpose>_check`) after the parser: each of its inputs is fed by the parser's
+            output of that name, else by the step input of that name, and `outputs` name its outputs (e.g. a
+            guard that refuses a parsed plan).
         :param init_parameters: what `to_dict` writes beside the chat generator (the subclass's own arguments).
         """
         self.chat_generator = chat_generator
@@ -134,6 +138,18 @@ class PromptedLLM(SuperComponent):
         mapping = {name: [f"{prompt_node}.{name}"] for name in variables}
         for name in sorted(parser_inputs - {"replies", "prompt"}):
             mapping.setdefault(name, []).append(f"{parser_node}.{name}")
+        last = parser_node
+        if check is not None:
+            last = f"{purpose}_check"
+            self.step_kinds[last] = getattr(check, "step_kind", PARSE_KIND)
+            self.step_kinds.update(getattr(check, "step_kinds", {}))
+            pipeline.add_component(last, check)
+            parser_outputs = set(parser.__haystack_output__._sockets_dict)
+            for name in check.__haystack_input__._sockets_dict:
+                if name in parser_outputs:
+                    pipeline.connect(f"{parser_node}.{name}", f"{last}.{name}")
+                else:
+                    mapping.setdefault(name, []).append(f"{last}.{name}")
         if request is not None:
             request_node = f"{purpose}_request"
             self.step_kinds[request_node] = PROMPT_KIND
@@ -146,7 +162,7 @@ class PromptedLLM(SuperComponent):
             self,
             pipeline,
             input_mapping=mapping,
-            output_mapping={f"{parser_node}.{socket}": name for socket, name in outputs.items()},
+            output_mapping={f"{last}.{socket}": name for socket, name in outputs.items()},
         )
 
     def to_dict(self) -> dict[str, Any]:

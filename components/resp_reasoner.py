@@ -1,5 +1,5 @@
 """ReSP's reasoner as two prompted LLM steps: judge whether the memories answer the question; plan one next
-sub-question (its reply read by `SubQuestionPlanParser`, which refuses a repeat)."""
+sub-question (its reply read by `SubQuestionPlanParser`, then refused by a `SubQuestionGuard` if a repeat)."""
 
 from __future__ import annotations
 
@@ -63,30 +63,25 @@ class ReSPJudge(PromptedLLM):
 @component
 class SubQuestionPlanParser:
     """
-    Reads a planned sub-question: one line cleaned of echoed labels and bounded in length, refused when it
-    repeats an asked query (by the `SubQuestionGuard`'s text or embedding check; the prompt only asks).
+    Reads a planned sub-question: one line cleaned of echoed labels and bounded in length. Whether it repeats an
+    asked query is the next step's question (`SubQuestionGuard`, the planner's check; the prompt only asks).
 
     Usage example:
     ```python
-    parser = SubQuestionPlanParser(SubQuestionGuard())
+    parser = SubQuestionPlanParser()
     parser.run(replies=[ChatMessage.from_assistant("[Your thought]: Who directed Jaws?")], question="...")
     ```
     """
 
-    def __init__(self, guard: SubQuestionGuard | None = None, max_sub_question_chars: int = 300) -> None:
+    def __init__(self, max_sub_question_chars: int = 300) -> None:
         """
-        :param guard: Refuses repeated sub-questions; a text-only guard by default.
         :param max_sub_question_chars: Characters kept of a planned sub-question.
         """
         if max_sub_question_chars < 1:
             raise ValueError("max_sub_question_chars must be positive")
-        self.guard = guard or SubQuestionGuard()
         self.max_sub_question_chars = max_sub_question_chars
 
-    def warm_up(self) -> None:
-        self.guard.warm_up()
-
-    @component.output_types(sub_question=str | None, accepted=bool, repeat_check=dict[str, Any] | None)
+    @component.output_types(candidate=str | None, asked=list[str])
     def run(
         self, replies: list[ChatMessage], question: str, asked: list[str] | None = None, attempt: int = 1
     ) -> dict[str, Any]:
@@ -95,14 +90,12 @@ class SubQuestionPlanParser:
         :param question: The overarching question (the only asked query when `asked` is None).
         :param asked: Every query already retrieved for.
         :param attempt: 1-based attempt within the iteration (recorded in the step).
-        :returns: The cleaned `sub_question` (None when unusable), whether it is `accepted` (usable and not a
-            repeat) and the guard's `repeat_check` (None when there was nothing to check).
+        :returns: The cleaned `candidate` (None when unusable) and the queries it must not repeat (`asked`).
         """
-        candidate = self._clean_plan(reply_text(replies))
-        if candidate is None:
-            return {"sub_question": None, "accepted": False, "repeat_check": None}
-        check = self.guard.check(candidate, list(asked) if asked is not None else [question])
-        return {"sub_question": candidate, "accepted": not check["repeated"], "repeat_check": check}
+        return {
+            "candidate": self._clean_plan(reply_text(replies)),
+            "asked": list(asked) if asked is not None else [question],
+        }
 
     def _clean_plan(self, raw: str) -> str | None:
         for line in raw.splitlines():
@@ -124,7 +117,7 @@ class ReSPPlanner(PromptedLLM):
     """
     Plans the next sub-question from the memories and refuses one that repeats an asked one (ReSP's reasoner,
     second half): a `ChatPromptBuilder` (`question`, `memory`, `asked`, `rejected`) -> one text call ->
-    `SubQuestionPlanParser` step.
+    `SubQuestionPlanParser` -> `SubQuestionGuard` step (its text check, embeddings and verdict steps of its own).
 
     A `rejected` plan from an earlier attempt is quoted back to the model. Whether to re-plan is the controller's
     decision, not the planner's.
@@ -166,10 +159,11 @@ class ReSPPlanner(PromptedLLM):
             self,
             chat_generator,
             template,
-            SubQuestionPlanParser(self.guard, max_sub_question_chars),
+            SubQuestionPlanParser(max_sub_question_chars),
             variables=["question", "memory", "asked", "rejected"],
             required_variables=["question", "memory"],
-            outputs={"sub_question": "sub_question", "accepted": "accepted", "repeat_check": "repeat_check"},
+            check=self.guard,
+            outputs={"candidate": "sub_question", "accepted": "accepted", "repeat_check": "repeat_check"},
             max_tokens=max_plan_tokens,
             purpose="resp_plan",
             init_parameters={

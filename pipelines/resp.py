@@ -15,6 +15,7 @@ sends the next request or finishes with the stop reason:
     resp_controller --answer_memory--> memory_answer_generator --answer
 The judge, the planner and the generator are prompted LLM steps (`ChatPromptBuilder` -> model call -> typed
 parser, `docqa.components.prompted_llm`): each is one node here, its three inner runs child steps of its step.
+The planner's fourth inner step is its repeat guard (`SubQuestionGuard`: text check -> embedder -> verdict).
     resp_controller --state--> loop_state (BranchJoiner) --value--> resp_controller
 
 Beyond the paper: a planned sub-question that repeats an asked one (normalised text or embedding similarity)
@@ -171,7 +172,7 @@ class ReSPPipeline(HaystackStrategy):
         summary = {
             "top_k": top_k,
             "max_iterations": max_iterations,
-            "repeat_similarity": guard.similarity_threshold if guard.text_embedder is not None else None,
+            "repeat_similarity": guard.similarity_threshold if guard.document_embedder is not None else None,
             "max_tokens": {
                 "global_evidence": summarizer.max_summary_tokens,
                 "local_pathway": summarizer.max_answer_tokens,
@@ -231,11 +232,13 @@ def build_resp(
         judge_template=load_prompt("resp_judge", prompts),
     )
     retriever = runtime.retriever(top_k)
-    # The retriever's query embedder already holds the model: share it rather than load a second copy.
-    embedder = getattr(retriever, "text_embedder", None) or runtime.text_embedder()
+    # The guard's embeddings are steps of the plan: its own embedder node (a component instance belongs to one
+    # graph), the deployment's document embedder; it shares the query embedder's model (one ONNX session or
+    # sentence-transformers model per process) and embeds a text as it does (alone with int8; texts embedded
+    # together agree to float rounding otherwise).
     planner = ReSPPlanner(
         RoleChatGenerator("reasoner", runtime.chat_generator("reasoner")),
-        guard=SubQuestionGuard(embedder, similarity_threshold=settings.resp_repeat_similarity),
+        guard=SubQuestionGuard(runtime.document_embedder(), similarity_threshold=settings.resp_repeat_similarity),
         plan_template=load_prompt("resp_plan", prompts),
     )
     generator = MemoryAnswerGenerator(

@@ -59,7 +59,7 @@ class TestParsersNeverRaise:
         out = CitedReplyParser().run(replies=replies, prompt=_prompt("Q?"), documents=DOCS)
         assert out["citation_mode"] in ("explicit", "context", "none")
         out = SubQuestionPlanParser().run(replies=replies, question="Q?")
-        assert out["sub_question"] is None or isinstance(out["sub_question"], str)
+        assert out["candidate"] is None or isinstance(out["candidate"], str)
 
     @pytest.mark.parametrize(
         ("text", "verdict"),

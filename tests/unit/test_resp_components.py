@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from haystack import Document, Pipeline
+from haystack import Document, Pipeline, component
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.utils import Secret
 
@@ -287,16 +288,18 @@ def test_components_survive_a_pipeline_yaml_round_trip() -> None:
     assert restored.get_component("guard").similarity_threshold == 0.8
 
 
+@component
 class _TableEmbedder:
-    """Embeds by a fixed table; counts calls to check caching."""
+    """A document embedder by a fixed table; records the texts it embeds, to check caching."""
 
     def __init__(self, table: dict[str, list[float]]) -> None:
         self.table = table
-        self.calls = 0
+        self.embedded: list[str] = []
 
-    def run(self, text: str) -> dict[str, Any]:
-        self.calls += 1
-        return {"embedding": self.table[text]}
+    @component.output_types(documents=list[Document])
+    def run(self, documents: list[Document]) -> dict[str, Any]:
+        self.embedded.extend(doc.content for doc in documents)
+        return {"documents": [replace(doc, embedding=self.table[doc.content]) for doc in documents]}
 
 
 class TestSubQuestionGuard:
@@ -306,11 +309,23 @@ class TestSubQuestionGuard:
     @pytest.mark.parametrize("candidate", ["who directed jaws", "Who  directed Jaws ?", "Jaws directed who?"])
     def test_text_repeats(self, candidate: str) -> None:
         out = SubQuestionGuard().run(candidate=candidate, asked=["Q?", "Who directed Jaws?"])
-        assert out == {"repeated": True, "matched": "Who directed Jaws?", "similarity": 1.0, "method": "text"}
+        check = {"repeated": True, "matched": "Who directed Jaws?", "similarity": 1.0, "method": "text"}
+        assert out == {**check, "candidate": candidate, "accepted": False, "repeat_check": check}
+
+    def test_a_text_repeat_embeds_nothing(self) -> None:
+        embedder = _TableEmbedder({})
+        out = SubQuestionGuard(embedder).run(candidate="Jaws directed who?", asked=["Who directed Jaws?"])
+        assert out["method"] == "text" and embedder.embedded == []
 
     def test_without_embedder_paraphrases_pass(self) -> None:
         out = SubQuestionGuard().run(candidate="Who was the director of Jaws?", asked=["Who directed Jaws?"])
-        assert out["repeated"] is False and out["similarity"] is None
+        assert out["repeated"] is False and out["similarity"] is None and out["accepted"] is True
+
+    def test_without_a_candidate_nothing_is_checked(self) -> None:
+        embedder = _TableEmbedder({})
+        out = SubQuestionGuard(embedder).run(candidate=None, asked=["Who directed Jaws?"])
+        assert (out["accepted"], out["repeat_check"], out["candidate"]) == (False, None, None)
+        assert embedder.embedded == []
 
     def test_embedding_similarity_catches_paraphrases(self) -> None:
         embedder = _TableEmbedder(
@@ -324,16 +339,19 @@ class TestSubQuestionGuard:
         out = guard.run(
             candidate="Who was the director of Jaws?", asked=["When was Jaws released?", "Who directed Jaws?"]
         )
-        assert out["repeated"] is True and out["method"] == "embedding"
+        assert out["repeated"] is True and out["method"] == "embedding" and out["accepted"] is False
         assert out["matched"] == "Who directed Jaws?"
         assert out["similarity"] == pytest.approx(
             float(np.dot([1, 0.1, 0], [0.9, 0.1, 0]) / (np.linalg.norm([1, 0.1, 0]) * np.linalg.norm([0.9, 0.1, 0])))
         )
+        assert out["repeat_check"] == {key: out[key] for key in ("repeated", "matched", "similarity", "method")}
         fresh = guard.run(candidate="When was Jaws released?", asked=["Who directed Jaws?"])
         assert fresh["repeated"] is False and fresh["similarity"] < 0.95
-        calls = embedder.calls
-        guard.run(candidate="Who was the director of Jaws?", asked=["Who directed Jaws?"])
-        assert embedder.calls == calls
+        # Every text was embedded once: later checks read the cache.
+        embedded = list(embedder.embedded)
+        assert sorted(embedded) == sorted(embedder.table)
+        again = guard.run(candidate="Who was the director of Jaws?", asked=["Who directed Jaws?"])
+        assert embedder.embedded == embedded and again["similarity"] == out["similarity"]
 
     def test_distinct_question_passes(self) -> None:
         embedder = _TableEmbedder({"A?": [1.0, 0.0], "B?": [0.0, 1.0]})

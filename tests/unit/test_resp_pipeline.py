@@ -9,10 +9,12 @@ import pytest
 from haystack.dataclasses import ChatMessage
 
 from docqa.access import AccessScope, restrict
+from docqa.components.sub_question_guard import SubQuestionGuard
 from docqa.errors import InvalidQuestionError
 from docqa.pipelines import resp
 from docqa.pipelines.registry import available_pipelines
 from docqa.run_control import LLMBudgetExceededError, RunControl, RunStopped
+from tests.support.hash_embedder import HashDocumentEmbedder
 from tests.support.resp_fakes import (
     GENERATE,
     GLOBAL,
@@ -169,6 +171,38 @@ class TestRepetitivePlanning:
         plans = steps_of(result, "plan")
         assert [s.outputs["accepted"] for s in plans] == [False, True]
         assert plans[0].outputs["repeat_check"]["method"] == "text"
+
+    def test_a_paraphrase_is_caught_by_the_guard_s_embedder_step(self) -> None:
+        # The guard's embeddings are steps of the trace (its embedder is a node of the plan step's graph), not
+        # calls hidden inside the plan parser.
+        llm = ScriptedChatGenerator(
+            rules=[
+                (JUDGE, "No"),
+                (PLAN, ["Where was the Jhoon Rhee school founded?", "Jhoon Rhee school: where was it founded?"]),
+                (GLOBAL, "Rachelle Amy Beinart trained in taekwondo. [DONE]"),
+                (LOCAL, "Yes, the Jhoon Rhee school."),
+                (GENERATE, "Washington"),
+            ]
+        )
+        guard = SubQuestionGuard(HashDocumentEmbedder(), similarity_threshold=0.7)
+        result = build(llm, self.retriever, max_iterations=3, guard=guard).run(self.QUESTION, SCOPE)
+
+        assert [c["query"] for c in self.retriever.calls] == [self.QUESTION, "Where was the Jhoon Rhee school founded?"]
+        plans = steps_of(result, "plan")
+        assert [s.outputs["accepted"] for s in plans] == [True, False, False]
+        assert plans[1].outputs["repeat_check"]["method"] == "embedding"
+        assert plans[1].outputs["repeat_check"]["matched"] == "Where was the Jhoon Rhee school founded?"
+        parent = {s.index: s.parent for s in result.steps}
+        names = {s.index: s.name for s in result.steps}
+        embeddings = [s for s in result.steps if s.name == "repeat_embedder"]
+        assert embeddings and all(s.kind == "embedding" for s in embeddings)
+        assert {(names[parent[s.index]], names[parent[parent[s.index]]]) for s in embeddings} == {
+            ("resp_plan_check", "resp_planner")
+        }
+        # Each text is embedded once, then read from the guard's cache.
+        embedded = [d["snippet"] for s in embeddings for d in s.inputs["documents"]]
+        assert len(embedded) == len(set(embedded))
+        assert result.stop_reason == resp.STOP_REPEATED_PLAN
 
     def test_an_unusable_plan_is_retried_once_then_stops(self) -> None:
         llm = ScriptedChatGenerator(
