@@ -50,6 +50,9 @@ DOCUMENT_ACCESS_CHANGED = "document.access_changed"
 RECORDS_INGESTED = "records.ingested"
 SIGNIN_FAILED = "auth.signin_failed"
 TOPICS_REFIT = "topics.refit"
+# A source kept in sync defined or removed (`docqa sources add/remove`, the admin API): its access list with it.
+SOURCE_DEFINED = "source.defined"
+SOURCE_REMOVED = "source.removed"
 RETENTION_RUN = "audit.retention"
 CHECKPOINT_SIGNED = "audit.checkpoint"
 # Configuration that changes answers (a pipeline loaded from YAML, models, prompts, limits), recorded by hash.
@@ -63,6 +66,7 @@ ACTIONS = (
     KEY_ISSUED, KEY_REVOKED, USER_CREATED, USER_CHANGED, USER_DEACTIVATED, GROUP_CREATED, GROUP_MEMBER_ADDED,
     GROUP_MEMBER_REMOVED, DOCUMENT_INGESTED, DOCUMENT_DELETED, DOCUMENT_ACCESS_CHANGED, RECORDS_INGESTED,
     SIGNIN_FAILED, TOPICS_REFIT, RETENTION_RUN, CHECKPOINT_SIGNED, CONFIG_LOADED, PASSAGES_SEARCHED, PASSAGE_READ,
+    SOURCE_DEFINED, SOURCE_REMOVED,
 )
 # Events of no tenant (a failed sign-in before anyone is known, a retention run) are kept under this name.
 SYSTEM_TENANT = "-"

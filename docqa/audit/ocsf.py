@@ -59,6 +59,8 @@ _MAPPING: dict[str, tuple[int, int, str]] = {
     ev.DOCUMENT_ACCESS_CHANGED: (API_ACTIVITY, 3, "Update"),
     ev.DOCUMENT_DELETED: (API_ACTIVITY, 4, "Delete"),
     ev.TOPICS_REFIT: (API_ACTIVITY, 3, "Update"),
+    ev.SOURCE_DEFINED: (API_ACTIVITY, 1, "Create"),
+    ev.SOURCE_REMOVED: (API_ACTIVITY, 4, "Delete"),
     ev.CONFIG_LOADED: (API_ACTIVITY, 3, "Update"),
     ev.RETENTION_RUN: (API_ACTIVITY, 4, "Delete"),
     ev.CHECKPOINT_SIGNED: (API_ACTIVITY, 1, "Create"),

@@ -44,6 +44,8 @@ _CATEGORIES: dict[str, tuple[list[str], list[str]]] = {
     ev.DOCUMENT_DELETED: (["file"], ["deletion"]),
     ev.SIGNIN_FAILED: (["authentication"], ["start"]),
     ev.TOPICS_REFIT: (["configuration"], ["change"]),
+    ev.SOURCE_DEFINED: (["configuration", "iam"], ["creation"]),
+    ev.SOURCE_REMOVED: (["configuration", "iam"], ["deletion"]),
     ev.RETENTION_RUN: (["configuration"], ["deletion"]),
     ev.CHECKPOINT_SIGNED: (["configuration"], ["info"]),
     ev.CONFIG_LOADED: (["configuration"], ["change"]),

@@ -155,7 +155,11 @@ def define_source(
     except DocqaError as exc:
         raise InvalidSourceError(exc.message) from exc
     every_s = parse_every(every)
-    with job_sessions(settings).begin() as session:
+    from docqa.audit.events import SOURCE_DEFINED, append_event
+    from docqa.audit.recorder import audit_session
+
+    # The definition and its audit event commit together: who may read what the source brings in starts here.
+    with audit_session(settings) as session:
         if _find(session, tenant, name) is not None:
             raise SourceExistsError(f"a source named {name!r} already exists in tenant {tenant!r}")
         row = SyncSource(tenant=tenant, name=name, type=type, config=config, allow=principals, acl_map=acl_map,
@@ -163,6 +167,8 @@ def define_source(
                          next_run_at=datetime.now(UTC) if every_s else None)
         session.add(row)
         session.flush()
+        append_event(session, settings, tenant=tenant, actor=created_by or "system", action=SOURCE_DEFINED,
+                     target=f"source:{name}", before=None, after=audited_definition(row))
         return source_view(row, entries=0)
 
 
@@ -200,6 +206,13 @@ def source_status(settings: Settings, tenant: str, name: str) -> dict[str, Any]:
         view = source_view(row, entries=entries)
         view["failures"] = [{"key": key, "reason": reason} for key, reason in failed]
         return view
+
+
+def audited_definition(row: SyncSource) -> dict[str, Any]:
+    """What a `source.defined` or `source.removed` event records of a definition: its type, settings (only the
+    names of credential variables, never a secret), and the access its documents get (`access`, or the map)."""
+    return {"type": row.type, "config": dict(row.config or {}), "access": sorted(row.allow or []),
+            "acl_map": row.acl_map, "collection": row.collection, "every_s": row.every_s}
 
 
 def source_view(row: SyncSource, *, entries: int) -> dict[str, Any]:

@@ -18,14 +18,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from docqa.audit.timestamps import as_utc
 from docqa.ingestion.database import job_sessions
 from docqa.settings import Settings
-from docqa.sources.definitions import get_source
+from docqa.sources.definitions import audited_definition, get_source
 from docqa.sources.locking import SourceBusyError, lock_owner_id, take_lease
-from docqa.sources.models import SyncSource
+from docqa.sources.models import SourceEntry, SyncSource
 from docqa.sources.sync import SyncReport, remove_source_documents, sync_source
 
 logger = logging.getLogger(__name__)
@@ -85,9 +85,18 @@ def remove_source(settings: Settings, tenant: str, name: str, *, actor: str, kee
 
             runtime = Runtime(settings)
         deleted = remove_source_documents(settings, row, actor, runtime)
-    with sessions.begin() as session:
+    from docqa.audit.events import SOURCE_REMOVED, append_event
+    from docqa.audit.recorder import audit_session
+
+    # The removal and its event commit together; the documents' own deletions were audited one by one above.
+    with audit_session(settings) as session:
         current = session.get(SyncSource, row.id)
         if current is not None:
+            kept = session.scalar(select(func.count()).where(SourceEntry.source_pk == row.id,
+                                                             SourceEntry.fingerprint.is_not(None))) or 0
+            append_event(session, settings, tenant=tenant, actor=actor, action=SOURCE_REMOVED,
+                         target=f"source:{name}", before=audited_definition(current),
+                         after={"documents_deleted": deleted, "documents_kept": kept} if keep_documents else None)
             session.delete(current)
     if row.type == "git":
         shutil.rmtree(settings.data_dir / "sources" / "git" / tenant / name, ignore_errors=True)

@@ -10,12 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from docqa.audit.events import DOCUMENT_ACCESS_CHANGED, DOCUMENT_DELETED, DOCUMENT_INGESTED
+from docqa.audit.events import (
+    DOCUMENT_ACCESS_CHANGED,
+    DOCUMENT_DELETED,
+    DOCUMENT_INGESTED,
+    SOURCE_DEFINED,
+    SOURCE_REMOVED,
+)
 from docqa.cli import main
 from docqa.ingestion.database import job_sessions
 from docqa.settings import Settings
 from docqa.sources import sync as sync_module
-from docqa.sources.definitions import define_source, list_sources, source_status
+from docqa.sources.definitions import SourceExistsError, define_source, list_sources, source_status
 from docqa.sources.models import SourceEntry
 from docqa.sources.sync import sync_source
 from tests.support.conversion_bombs import zip_bomb_docx
@@ -103,6 +109,37 @@ def test_cli_add_sync_change_delete_rename_and_remove(settings, folder, capsys) 
     assert main(["sources", "remove", "share"]) == 0
     assert stored_by_document() == {}
     assert list_sources(settings) == []
+
+
+def test_defining_and_removing_a_source_are_audit_events_with_its_access(settings, folder, tmp_path) -> None:
+    acl = tmp_path / "share.acl"
+    acl.write_text("finance/**  group:finance\n")
+    assert main(["sources", "add", "share", "--type", "folder", "--path", str(folder), "--allow", "group:staff",
+                 "--acl-map", str(acl), "--every", "1h"]) == 0
+    assert main(["sources", "add", "hr", "--type", "folder", "--path", str(folder / "hr"), "--allow", "group:hr"]) == 0
+    with pytest.raises(SourceExistsError):  # a refused definition changes nothing and records nothing
+        define_source(settings, name="share", type="folder", tenant="default", config={"path": str(folder)},
+                      allow=["everyone"], created_by="cli:test")
+    defined = audit_events(settings, SOURCE_DEFINED)
+    assert [e.target for e in defined] == ["source:share", "source:hr"]
+    assert all(e.actor.startswith("cli:") and e.tenant == "default" and e.before is None for e in defined)
+    assert defined[0].after == {"type": "folder", "config": {"path": str(folder), "posix_groups": False},
+                                "access": ["group:staff"], "acl_map": str(acl), "collection": "main",
+                                "every_s": 3600}
+    assert defined[1].after["access"] == ["group:hr"]
+
+    assert main(["sources", "sync", "--all"]) == 0
+    assert main(["sources", "remove", "share"]) == 0
+    assert main(["sources", "remove", "hr", "--keep-documents"]) == 0
+    removed = audit_events(settings, SOURCE_REMOVED)
+    assert [e.target for e in removed] == ["source:share", "source:hr"]
+    assert removed[0].before == defined[0].after and removed[0].after is None
+    assert removed[1].before["access"] == ["group:hr"]
+    assert removed[1].after == {"documents_deleted": 0, "documents_kept": 1}  # hr/leave.md stays, readable by hr
+    assert set(stored_by_document()) == {"hr:leave.md"}
+    # The share's documents were deleted (each its own event) before the removal that ends the source.
+    deleted = [e for e in audit_events(settings, DOCUMENT_DELETED) if e.target.startswith("document:share:")]
+    assert len(deleted) == 3 and max(e.seq for e in deleted) < removed[0].seq
 
 
 def test_acl_map_and_posix_group_change_access_without_reembedding(settings, folder, tmp_path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from docqa.audit.events import DOCUMENT_DELETED, DOCUMENT_INGESTED
+from docqa.audit.events import DOCUMENT_DELETED, DOCUMENT_INGESTED, SOURCE_DEFINED, SOURCE_REMOVED
 from docqa.schema import upgrade_database
 from docqa.server.app import create_app
 from docqa.server.config import ServerSettings
@@ -51,6 +51,9 @@ def test_admin_defines_syncs_inspects_and_removes_a_source(server, share, tmp_pa
     assert created.json()["next_run_at"] is not None
     again = client.post("/v1/admin/sources", json=body, headers=auth(keys["root"]))
     assert (again.status_code, again.json()["error"]["code"]) == (409, "source_exists")
+    [defined] = audit_events(settings, SOURCE_DEFINED)  # the refused second definition recorded nothing
+    assert (defined.actor, defined.tenant, defined.target) == ("user:root", "acme", "source:handbook")
+    assert (defined.after["access"], defined.after["acl_map"]) == (["group:staff"], str(acl))
 
     started = client.post("/v1/admin/sources/handbook/sync", headers=auth(keys["root"]))
     assert started.status_code == 202  # the test client runs the background sync before returning
@@ -75,6 +78,8 @@ def test_admin_defines_syncs_inspects_and_removes_a_source(server, share, tmp_pa
     assert removed.json() == {"name": "handbook", "removed": True, "documents_deleted": 2}
     assert stored_by_document("acme") == {}
     assert {e.actor for e in audit_events(settings, DOCUMENT_DELETED)} == {"user:root"}
+    [removal] = audit_events(settings, SOURCE_REMOVED)
+    assert (removal.actor, removal.before, removal.after) == ("user:root", defined.after, None)
 
 
 REFUSED = [
