@@ -89,8 +89,10 @@ def main() -> None:
     # The first call of a process also starts its forkserver.
     print("box start-up, 20 runs each:")
     small = docx_bytes(["One paragraph."])
-    for label, call in (("child that runs nothing", lambda: run_in_box(int, limits=ConversionLimits(), name="n")),
-                        ("convert 1-paragraph DOCX", lambda: convert_bytes(small, "s.docx", 10 * MB))):
+    for label, call in (
+        ("child that runs nothing", lambda: run_in_box(int, limits=ConversionLimits(), name="n")),
+        ("convert 1-paragraph DOCX", lambda: convert_bytes(small, "s.docx", 10 * MB)),
+    ):
         times = []
         for _ in range(20):
             started = time.monotonic()
@@ -104,15 +106,18 @@ def main() -> None:
     box_logger.setLevel(logging.DEBUG)
     cases = [(label, name, build()) for label, name, build in CASES]
     with tempfile.TemporaryDirectory(prefix="conversion-bombs-") as workdir:
-        settings = Settings(data_dir=Path(workdir), convert_max_memory_mb=args.memory_mb,
-                            convert_timeout_s=args.timeout_s)
+        settings = Settings(
+            data_dir=Path(workdir), convert_max_memory_mb=args.memory_mb, convert_timeout_s=args.timeout_s
+        )
         limits = ConversionLimits.from_settings(settings)
         upgrade_database(settings)
         warm = ingest(settings, "normal.docx", NORMAL_DOCX)
         print(f"\nwarm-up: normal.docx {warm['items_written']} written; this process {status_kb('VmRSS') // 1024} MB")
         print(f"limits: {limits}")
-        print(f"\n{'file':42} {'size':>7} {'to failed':>9} {'child peak':>10} {'job +peak':>9} "
-              f"{'convert +peak':>13}  reason")
+        print(
+            f"\n{'file':42} {'size':>7} {'to failed':>9} {'child peak':>10} {'job +peak':>9} "
+            f"{'convert +peak':>13}  reason"
+        )
         for label, name, data in cases:
             peaks.peaks_kb.clear()
             before = status_kb("VmRSS")
@@ -127,8 +132,10 @@ def main() -> None:
                 convert_bytes(data, name, settings.max_file_bytes, limits)
             convert_peak = status_kb("VmHWM") - before
             child = f"{max(peaks.peaks_kb) // 1024} MB" if peaks.peaks_kb else "no child"
-            print(f"{label:42} {len(data) / MB:5.2f}MB {elapsed:8.2f}s {child:>10} {job_peak / 1024:6.0f} MB "
-                  f"{convert_peak / 1024:10.0f} MB  {_outcome(report)}")
+            print(
+                f"{label:42} {len(data) / MB:5.2f}MB {elapsed:8.2f}s {child:>10} {job_peak / 1024:6.0f} MB "
+                f"{convert_peak / 1024:10.0f} MB  {_outcome(report)}"
+            )
             if name.endswith(".xlsx"):
                 try:
                     check_zip_archive(data, name, limits)
@@ -145,20 +152,28 @@ def live(cases: list[tuple[str, str, bytes]], args: argparse.Namespace) -> None:
     from tests.support.server_stack import server_stack
 
     env = {"DOCQA_CONVERT_MAX_MEMORY_MB": str(args.memory_mb), "DOCQA_CONVERT_TIMEOUT_S": str(args.timeout_s)}
-    with tempfile.TemporaryDirectory(prefix="conversion-bombs-live-") as workdir, \
-            server_stack(Path(workdir), workers=1, extra_env=env) as stack, \
-            httpx.Client(base_url=stack.base_url, timeout=args.timeout_s + 120) as client:
+    with (
+        tempfile.TemporaryDirectory(prefix="conversion-bombs-live-") as workdir,
+        server_stack(Path(workdir), workers=1, extra_env=env) as stack,
+        httpx.Client(base_url=stack.base_url, timeout=args.timeout_s + 120) as client,
+    ):
         [worker] = worker_pids(stack.server.pid)
 
         def upload(name: str, data: bytes) -> dict:
-            created = client.post("/v1/documents", headers=stack.auth("root"), data={"access": ["everyone"]},
-                                  files=[("files", (name, data, "application/octet-stream"))])
+            created = client.post(
+                "/v1/documents",
+                headers=stack.auth("root"),
+                data={"access": ["everyone"]},
+                files=[("files", (name, data, "application/octet-stream"))],
+            )
             created.raise_for_status()
             return client.get(f"/v1/jobs/{created.json()['job_id']}", headers=stack.auth("root")).json()
 
         warm = upload("normal.docx", NORMAL_DOCX)
-        print(f"\nlive gunicorn worker: normal.docx {warm['items_written']} written; worker "
-              f"{status_kb('VmRSS', worker) // 1024} MB")
+        print(
+            f"\nlive gunicorn worker: normal.docx {warm['items_written']} written; worker "
+            f"{status_kb('VmRSS', worker) // 1024} MB"
+        )
         print(f"{'file':42} {'to failed':>9} {'worker +peak':>12}  reason")
         for label, name, data in cases:
             before = status_kb("VmRSS", worker)
@@ -175,6 +190,7 @@ def _outcome(report: dict) -> str:
         return f"NOT FAILED ({report['items_written']} written)"
     failure = report["failures"][0]
     return f"{failure['code']}: {failure['reason']}"
+
 
 if __name__ == "__main__":
     main()

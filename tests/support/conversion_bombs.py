@@ -37,7 +37,8 @@ def _paragraph_block(numbered_every: int) -> bytes:
     # Every few paragraphs carry a number, so the XML compresses about 100:1 as a real bomb's did (2.3 MB for
     # 220 MB), not 1000:1.
     return "".join(
-        f"<w:p><w:r><w:t>Clause {{n}}{i} {_CLAUSE}</w:t></w:r></w:p>" if i % numbered_every == 0
+        f"<w:p><w:r><w:t>Clause {{n}}{i} {_CLAUSE}</w:t></w:r></w:p>"
+        if i % numbered_every == 0
         else f"<w:p><w:r><w:t>Clause {_CLAUSE}</w:t></w:r></w:p>"
         for i in range(2000)
     ).encode()
@@ -69,8 +70,9 @@ def zip_bomb_docx(xml_bytes: int = 220 * 1024 * 1024) -> bytes:
 def xlsx_bomb(xml_bytes: int = 220 * 1024 * 1024) -> bytes:
     """An XLSX-shaped archive whose one worksheet holds `xml_bytes` of rows."""
     buffer = io.BytesIO()
-    row = b"".join(b'<row r="%d"><c r="A%d" t="inlineStr"><is><t>value</t></is></c></row>' % (i, i)
-                   for i in range(1, 2001))
+    row = b"".join(
+        b'<row r="%d"><c r="A%d" t="inlineStr"><is><t>value</t></is></c></row>' % (i, i) for i in range(1, 2001)
+    )
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("[Content_Types].xml", _CONTENT_TYPES.replace("word/document", "xl/workbook"))
         with archive.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as member:

@@ -151,7 +151,8 @@ class TestRefusedAtLoad:
     def test_the_secret_alone_is_refused_too(self, tmp_path, never_built):
         text = HOSTILE_GENERATOR.format(host="127.0.0.1:9").replace(
             "haystack.components.generators.chat.openai.OpenAIChatGenerator",
-            "docqa.llm.role_generator.RoleChatGenerator")
+            "docqa.llm.role_generator.RoleChatGenerator",
+        )
         message = _refused(text, tmp_path)
         assert f"line {_line_of(text, 'type: env_var')}: llm.init_parameters.api_key is a Secret (env_var)" in message
 
@@ -166,18 +167,21 @@ class TestRefusedAtLoad:
         line = _line_of(HOSTILE_SECRET, "type: env_var")
         assert f"line {line}: answerer.init_parameters.prompt_template is a Secret (env_var)" in message
 
-    @pytest.mark.parametrize(("kind", "reason"), [
-        ("haystack.components.generators.openai_image_generator.OpenAIImageGenerator", "LLM client"),
-        ("haystack.components.embedders.openai_text_embedder.OpenAITextEmbedder", "embedder"),
-        ("haystack.components.embedders.azure_text_embedder.AzureOpenAITextEmbedder", "embedder"),
-        ("haystack_integrations.components.embedders.huggingface_api.HuggingFaceAPITextEmbedder", "allow-listed"),
-        ("docqa.components.searxng_web_search.SearxngWebSearch", "web"),
-        ("docqa.components.web_page_reader.WebPageReader", "web"),
-        ("docqa.components.haystack_web_search.HaystackWebSearch", "web"),
-        ("docqa.llm.client.build_chat_generator", "LLM client"),
-        ("haystack.components.converters.txt.TextFileToDocument", "not among the Haystack components"),
-        ("haystack.components.agents.agent.Agent", "not among the Haystack components"),
-    ])
+    @pytest.mark.parametrize(
+        ("kind", "reason"),
+        [
+            ("haystack.components.generators.openai_image_generator.OpenAIImageGenerator", "LLM client"),
+            ("haystack.components.embedders.openai_text_embedder.OpenAITextEmbedder", "embedder"),
+            ("haystack.components.embedders.azure_text_embedder.AzureOpenAITextEmbedder", "embedder"),
+            ("haystack_integrations.components.embedders.huggingface_api.HuggingFaceAPITextEmbedder", "allow-listed"),
+            ("docqa.components.searxng_web_search.SearxngWebSearch", "web"),
+            ("docqa.components.web_page_reader.WebPageReader", "web"),
+            ("docqa.components.haystack_web_search.HaystackWebSearch", "web"),
+            ("docqa.llm.client.build_chat_generator", "LLM client"),
+            ("haystack.components.converters.txt.TextFileToDocument", "not among the Haystack components"),
+            ("haystack.components.agents.agent.Agent", "not among the Haystack components"),
+        ],
+    )
     def test_other_ways_out_are_refused_by_type(self, tmp_path, never_built, kind, reason):
         text = f"components:\n  way_out:\n    type: {kind}\n    init_parameters: {{}}\n"
         message = _refused(text, tmp_path)
@@ -226,19 +230,22 @@ class TestFailingAtRunTime:
         (directory / "raises.yaml").write_text(RAISES)
         app, keys = build_test_app(tmp_path, ScriptedChatGenerator(), pipelines_dir=directory)
         with TestClient(app) as client:
-            response = client.post("/v1/query", headers=auth(keys["alice"]),
-                                   json={"question": "anything else?", "pipeline": "raises"})
+            response = client.post(
+                "/v1/query", headers=auth(keys["alice"]), json={"question": "anything else?", "pipeline": "raises"}
+            )
             assert response.status_code == 502, response.text
             assert response.json()["error"]["code"] == "strategy_failed"
             assert "'raises'" in response.json()["error"]["message"]
-            traces = client.get("/v1/traces", params={"status": "failed", "pipeline": "raises"},
-                                headers=auth(keys["audrey"])).json()["traces"]
+            traces = client.get(
+                "/v1/traces", params={"status": "failed", "pipeline": "raises"}, headers=auth(keys["audrey"])
+            ).json()["traces"]
             assert len(traces) == 1
             trace = client.get(f"/v1/traces/{traces[0]['id']}", headers=auth(keys["audrey"])).json()
         assert trace["status"] == "failed"
         assert trace["error"].startswith("StrategyFailedError: strategy 'raises' failed")
         assert [(s["name"], s["error"].split(":")[0]) for s in trace["steps"]] == [
-            ("router", "NoRouteSelectedException")]
+            ("router", "NoRouteSelectedException")
+        ]
 
 
 class TestExports:
@@ -271,12 +278,16 @@ class TestExports:
         assert {"no_retrieval", "standard", "resp", "atrag", "mspr", "contregen", "contre"} <= set(exported)
 
     def test_mspr_with_a_web_source_is_not_exported_as_a_file_strategy(self, tmp_path):
-        settings = Settings(data_dir=tmp_path, mspr_sources="collection:main,web",
-                            web_search_url="http://search.internal/search")
+        settings = Settings(
+            data_dir=tmp_path, mspr_sources="collection:main,web", web_search_url="http://search.internal/search"
+        )
         runtime = Runtime(settings, chat_generator_factory=lambda role: ScriptedChatGenerator())
-        with pytest.raises(Exception, match=r"cannot be exported as a YAML strategy: pipeline 'mspr': line \d+: "
-                                            r"retriever\.init_parameters\.(page_reader|web_search) has type "
-                                            r".*web access"):
+        with pytest.raises(
+            Exception,
+            match=r"cannot be exported as a YAML strategy: pipeline 'mspr': line \d+: "
+            r"retriever\.init_parameters\.(page_reader|web_search) has type "
+            r".*web access",
+        ):
             export_strategy("mspr", runtime)
 
 
@@ -327,8 +338,9 @@ def test_a_prompt_llm_parser_graph_is_accepted_bound_to_its_role_and_round_trips
     runtime = Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: llm)
     strategy = load_strategy(PROMPT_LLM_PARSER, name="one_word", source="one_word.yaml", runtime=runtime)
     # Run as a graph: as a file strategy it would first look for passages Alice may read, and there are none.
-    outputs = strategy.pipeline.run({"question": "What colour is the sky?", "principals": ["alice"]},
-                                    include_outputs_from={"reader"})
+    outputs = strategy.pipeline.run(
+        {"question": "What colour is the sky?", "principals": ["alice"]}, include_outputs_from={"reader"}
+    )
     assert outputs["reader"]["answer"] == "Blue" and len(llm.calls) == 1
     assert llm.calls[0]["prompt"] == "Answer in one word. What colour is the sky?"
     assert llm.calls[0]["generation_kwargs"]["max_tokens"] == 8
@@ -342,7 +354,12 @@ def test_a_prompt_llm_parser_graph_is_accepted_bound_to_its_role_and_round_trips
 def test_the_generation_node_takes_no_client_but_a_role_s(tmp_path):
     hostile = PROMPT_LLM_PARSER.replace(
         "type: docqa.llm.role_generator.RoleChatGenerator\n        init_parameters: {role: grader}",
-        "type: haystack.components.generators.chat.openai.OpenAIChatGenerator\n        init_parameters: {}")
+        "type: haystack.components.generators.chat.openai.OpenAIChatGenerator\n        init_parameters: {}",
+    )
     with pytest.raises(StrategyFileError, match=r"line 14: llm\.init_parameters\.chat_generator .*an LLM client"):
-        load_strategy(hostile, name="hostile", source="hostile.yaml",
-                      runtime=Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: None))
+        load_strategy(
+            hostile,
+            name="hostile",
+            source="hostile.yaml",
+            runtime=Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: None),
+        )
