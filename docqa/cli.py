@@ -14,9 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from docqa.access import DEFAULT_COLLECTION, EVERYONE, AccessScope
+from docqa.access import EVERYONE, AccessScope
 from docqa.cli_output import Spinner, announce_embedding_export, quiet_third_party
 from docqa.errors import DocqaError
+from docqa.ingestion.cli import add_placement_arguments, placement
 from docqa.settings import Settings
 
 DEMO_QUESTION = "Within how many days must employees submit their expense reports?"
@@ -80,10 +81,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     if missing:
         raise DocqaError(f"no such file or directory: {', '.join(missing)}")
     announce_embedding_export(settings)
-    report = ingest_paths(
-        _runtime(settings), paths, tenant=args.tenant or settings.tenant, access=args.allow or [EVERYONE],
-        progress=not args.quiet, collection=args.collection,
-    )
+    report = ingest_paths(_runtime(settings), paths, progress=not args.quiet, **placement(args, settings))
     _print_ingest_report(report)
     for path in paths:
         if path.is_dir() and ((path / "patients.csv").is_file() or any(path.glob("*.json"))):
@@ -330,11 +328,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="ingest files (text, Markdown, HTML, PDF, DOCX, PPTX, "
                        "XLSX, CSV, ODT, ODS, ODP, RTF, EML, MSG, PNG, JPEG, TIFF; scans by OCR) synchronously")
     p.add_argument("paths", nargs="+", help="files or directories")
-    p.add_argument("--tenant", help="tenant the documents belong to (default: DOCQA_TENANT)")
-    p.add_argument("--allow", action="append", metavar="PRINCIPAL",
-                   help=f"principal allowed to read the documents (repeatable; default: {EVERYONE})")
-    p.add_argument("--collection", default=DEFAULT_COLLECTION,
-                   help=f"collection the documents belong to, a source for mspr (default: {DEFAULT_COLLECTION})")
+    add_placement_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=cmd_ingest)
 

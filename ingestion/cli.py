@@ -36,12 +36,10 @@ def cmd_jobs_submit(args: argparse.Namespace, settings: Settings) -> int:
     bar = None if args.quiet or settings.broker_url else _bar(None)
     job_id = submit_job(
         settings,
-        tenant=args.tenant or settings.tenant,
-        access=args.allow or [EVERYONE],
         paths=[Path(p) for p in args.paths],
         submitted_by=args.submitted_by,
-        collection=args.collection,
         on_item=(lambda _item: bar.update(1)) if bar is not None else None,
+        **placement(args, settings),
     )
     if bar is not None:
         bar.close()
@@ -105,17 +103,28 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def add_placement_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--tenant`, `--allow` and `--collection`: where ingested files land and who may read them, the same for
+    `docqa ingest` (synchronous) and `docqa jobs submit` (queued)."""
+    parser.add_argument("--tenant", help="tenant the documents belong to (default: DOCQA_TENANT)")
+    parser.add_argument("--allow", action="append", metavar="PRINCIPAL",
+                        help=f"principal allowed to read the documents (repeatable; default: {EVERYONE})")
+    parser.add_argument("--collection", default=DEFAULT_COLLECTION,
+                        help=f"collection the documents belong to, a source for mspr (default: {DEFAULT_COLLECTION})")
+
+
+def placement(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """The `tenant`, `access` and `collection` keyword arguments the placement arguments stand for."""
+    return {"tenant": args.tenant or settings.tenant, "access": args.allow or [EVERYONE], "collection": args.collection}
+
+
 def add_ingest_commands(sub: argparse._SubParsersAction) -> None:
     jobs = sub.add_parser("jobs", help="queued ingestion: submit files, watch, resume, delete documents")
     jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True)
 
     p = jobs_sub.add_parser("submit", help="submit files or directories; prints the job id")
     p.add_argument("paths", nargs="+", help="files or directories (read now, on this machine)")
-    p.add_argument("--tenant", help="tenant the documents belong to (default: DOCQA_TENANT)")
-    p.add_argument("--allow", action="append", metavar="PRINCIPAL",
-                   help=f"principal allowed to read the documents (repeatable; default: {EVERYONE})")
-    p.add_argument("--collection", default=DEFAULT_COLLECTION,
-                   help=f"collection the documents belong to, a source for mspr (default: {DEFAULT_COLLECTION})")
+    add_placement_arguments(p)
     p.add_argument("--submitted-by", dest="submitted_by", default="cli")
     p.add_argument("--wait", action="store_true", help="with a broker: wait for the job, showing progress")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
