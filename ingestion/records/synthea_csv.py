@@ -109,22 +109,28 @@ class _TableParser:
     def __init__(self, births: dict[str, RecordInstant | None], organizations: dict[str, str]) -> None:
         self.births = births
         self.organizations = organizations
-        self._parsers: dict[str, Callable[[Row], tuple[str, str, str, RecordInstant | None, RecordInstant | None]]]
-        self._parsers = {
-            "encounters": self._encounter,
-            "conditions": self._condition,
-            "medications": self._medication,
-            "procedures": self._procedure,
-            "immunizations": self._immunization,
-            "allergies": self._allergy,
-            "careplans": self._careplan,
+        # Per table: the record type, the title of a row without a description, and its summary sentence (from
+        # the row, its title and its end); title, dates and keys are read the same way for every table.
+        self._kinds: dict[str, tuple[str, str, Callable[[Row, str, RecordInstant | None], str]]] = {
+            "encounters": ("encounter", "Encounter", self._encounter),
+            "conditions": ("condition", "Condition", self._condition),
+            "medications": ("medication", "Medication", self._medication),
+            "procedures": ("procedure", "Procedure", self._procedure),
+            "immunizations": ("immunization", "Immunization", self._immunization),
+            "allergies": ("allergy", "Allergy", self._allergy),
+            "careplans": ("care_plan", "Care plan", self._careplan),
         }
 
     def parse(self, table: str, row: Row, file_name: str, seen: Counter[str]) -> ClinicalRecord | None:
         if table == "observations":
             return self._observation(row, file_name, seen)
-        record_type, title, summary, start, end = self._parsers[table](row)
-        return self._record(table, row, file_name, seen, record_type, title, summary, start, end)
+        record_type, untitled, summary = self._kinds[table]
+        title = _spaces(row.get("DESCRIPTION")) or untitled
+        if table == "immunizations":  # given on one date
+            start, end = parse_instant(row.get("DATE")), None
+        else:
+            start, end = parse_instant(row.get("START")), parse_instant(row.get("STOP"))
+        return self._record(table, row, file_name, seen, record_type, title, summary(row, title, end), start, end)
 
     def _record(self, table: str, row: Row, file_name: str, seen: Counter[str], record_type: str, title: str,
                 summary: str, start: RecordInstant | None, end: RecordInstant | None) -> ClinicalRecord:
@@ -171,51 +177,36 @@ class _TableParser:
         record.extra_meta["category"] = row.get("CATEGORY") or None
         return record
 
-    def _encounter(self, row: Row) -> tuple[str, str, str, RecordInstant | None, RecordInstant | None]:
-        title = _spaces(row.get("DESCRIPTION")) or "Encounter"
+    def _encounter(self, row: Row, title: str, end: RecordInstant | None) -> str:
         reason = _spaces(row.get("REASONDESCRIPTION"))
         place = self.organizations.get(row.get("ORGANIZATION", ""), "")
         summary = f"{title} ({row.get('ENCOUNTERCLASS') or 'unknown class'} visit)"
         summary += f"; reason: {reason}" if reason else "; no reason recorded"
-        summary += f"; at {place}" if place else ""
-        return "encounter", title, summary, parse_instant(row.get("START")), parse_instant(row.get("STOP"))
+        return summary + (f"; at {place}" if place else "")
 
-    def _condition(self, row: Row) -> tuple[str, str, str, RecordInstant | None, RecordInstant | None]:
-        title = _spaces(row.get("DESCRIPTION")) or "Condition"
-        end = parse_instant(row.get("STOP"))
-        summary = title + (f"; resolved {end.iso}" if end else "; active")
-        return "condition", title, summary, parse_instant(row.get("START")), end
+    def _condition(self, row: Row, title: str, end: RecordInstant | None) -> str:
+        return title + (f"; resolved {end.iso}" if end else "; active")
 
-    def _medication(self, row: Row) -> tuple[str, str, str, RecordInstant | None, RecordInstant | None]:
-        title = _spaces(row.get("DESCRIPTION")) or "Medication"
+    def _medication(self, row: Row, title: str, end: RecordInstant | None) -> str:
         reason = _spaces(row.get("REASONDESCRIPTION"))
-        end = parse_instant(row.get("STOP"))
         summary = f"{title} prescribed" + (f" for {reason}" if reason else "")
-        summary += f"; stopped {end.iso}" if end else "; ongoing"
-        return "medication", title, summary, parse_instant(row.get("START")), end
+        return summary + (f"; stopped {end.iso}" if end else "; ongoing")
 
-    def _procedure(self, row: Row) -> tuple[str, str, str, RecordInstant | None, RecordInstant | None]:
-        title = _spaces(row.get("DESCRIPTION")) or "Procedure"
+    def _procedure(self, row: Row, title: str, end: RecordInstant | None) -> str:
         reason = _spaces(row.get("REASONDESCRIPTION"))
-        summary = title + (f"; reason: {reason}" if reason else "")
-        return "procedure", title, summary, parse_instant(row.get("START")), parse_instant(row.get("STOP"))
+        return title + (f"; reason: {reason}" if reason else "")
 
-    def _immunization(self, row: Row) -> tuple[str, str, str, RecordInstant | None, RecordInstant | None]:
-        title = _spaces(row.get("DESCRIPTION")) or "Immunization"
-        return "immunization", title, f"{title} vaccine administered", parse_instant(row.get("DATE")), None
+    def _immunization(self, row: Row, title: str, end: RecordInstant | None) -> str:
+        return f"{title} vaccine administered"
 
-    def _allergy(self, row: Row) -> tuple[str, str, str, RecordInstant | None, RecordInstant | None]:
-        title = _spaces(row.get("DESCRIPTION")) or "Allergy"
+    def _allergy(self, row: Row, title: str, end: RecordInstant | None) -> str:
         reactions = [_spaces(row.get(f"DESCRIPTION{i}")) for i in (1, 2) if row.get(f"DESCRIPTION{i}")]
         summary = f"Allergy to {title} ({row.get('CATEGORY') or 'unspecified'})"
-        summary += f"; reactions: {', '.join(reactions)}" if reactions else ""
-        return "allergy", title, summary, parse_instant(row.get("START")), parse_instant(row.get("STOP"))
+        return summary + (f"; reactions: {', '.join(reactions)}" if reactions else "")
 
-    def _careplan(self, row: Row) -> tuple[str, str, str, RecordInstant | None, RecordInstant | None]:
-        title = _spaces(row.get("DESCRIPTION")) or "Care plan"
+    def _careplan(self, row: Row, title: str, end: RecordInstant | None) -> str:
         reason = _spaces(row.get("REASONDESCRIPTION"))
-        summary = title + (f"; addresses: {reason}" if reason else "")
-        return "care_plan", title, summary, parse_instant(row.get("START")), parse_instant(row.get("STOP"))
+        return title + (f"; addresses: {reason}" if reason else "")
 
 
 _DEFAULT_SYSTEMS = {
