@@ -135,7 +135,7 @@ def _print_result(result: Any, as_json: bool) -> None:
 
 def _print_answer(result: Any) -> None:
     """The answer; one the model did not give is labelled, line by line, so it never reads as generated."""
-    if result.stop_reason == "no_readable_passage":
+    if _no_readable_passage(result):
         print(result.answer)
         print("(--principal sets the principals the question is asked as; repeat it for several.)")
         return
@@ -147,6 +147,14 @@ def _print_answer(result: Any) -> None:
     print(result.answer_note or "(no answer)")
     for line in result.answer.splitlines():
         print(f"Extracted: {line}")
+
+
+def _no_readable_passage(result: Any) -> bool:
+    """Whether nothing the caller may read matched: found by the count before the run (its stop reason), or by the
+    grounding node when the strategy's own retrieval came back empty (AT-RAG's patient filter, say)."""
+    return result.stop_reason == "no_readable_passage" or (result.answer_source == "none" and any(
+        step.kind == "grounding" and (step.outputs or {}).get("reason") == "no_readable_passage"
+        for step in result.steps))
 
 
 def _print_record_table(table: dict[str, Any]) -> None:

@@ -390,6 +390,22 @@ def test_the_cli_names_who_asked_and_how_to_ask_as_someone_else(tmp_path, capsys
     assert "--principal" in lines[1] and not any(line.startswith("Extracted:") for line in lines)
 
 
+def test_the_cli_shows_a_no_passage_answer_from_the_grounding_node_once_and_not_as_extracted(tmp_path, capsys):
+    """AT-RAG's patient filter leaves its retrieval empty although the caller may read passages: the answer is the
+    grounding node's, not the count's, and still reads as a no-passage answer, not as a quote."""
+    from docqa.cli import _print_result
+
+    llm = ScriptedChatGenerator(default="The hotel limit is EUR 5,000 per year [1].")
+    runtime = HashRuntime(Settings(data_dir=tmp_path, top_k=2), chat_generator_factory=lambda role: llm)
+    runtime.document_store.write_documents(HashDocumentEmbedder().run(documents=[TRAVEL_DOC])["documents"])
+    result = build_pipeline("atrag", runtime).run(QUESTION, ALICE, patient_id="nobody", as_of="2020-01-01")
+    assert (result.answer_source, _grounding(result)["reason"]) == ("none", "no_readable_passage")
+    _print_result(result, as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "No passage that alice or everyone may read matches the question."
+    assert "--principal" in lines[1] and not any(line.startswith("Extracted:") for line in lines)
+
+
 class _Named:
     name = "multi_round"
 
