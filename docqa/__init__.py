@@ -9,3 +9,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 __version__ = "0.1.0"
+
+from docqa import protocol_checks
+
+protocol_checks.install()
