@@ -268,6 +268,29 @@ class SubQuestionGuard(SuperComponent):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SubQuestionGuard:
-        if data["init_parameters"].get("document_embedder") is not None:
-            deserialize_component_inplace(data["init_parameters"], key="document_embedder")
+        params = data["init_parameters"]
+        legacy = params.pop("text_embedder", None)
+        if legacy is not None and params.get("document_embedder") is None:
+            params["document_embedder"] = _as_document_embedder(legacy)
+        if params.get("document_embedder") is not None:
+            deserialize_component_inplace(params, key="document_embedder")
         return default_from_dict(cls, data)
+
+
+_ST = "haystack_integrations.components.embedders.sentence_transformers."
+# The query embedder types a guard named before its embeddings were a step (`text_embedder`), and the document
+# embedder of the same model and settings each stands for (its init parameters are a subset of the latter's).
+_DOCUMENT_EMBEDDER_OF = {
+    "docqa.embedding.OnnxTextEmbedder": "docqa.embedding.OnnxDocumentEmbedder",
+    f"{_ST}sentence_transformers_text_embedder.SentenceTransformersTextEmbedder": (
+        f"{_ST}sentence_transformers_document_embedder.SentenceTransformersDocumentEmbedder"
+    ),
+}
+
+
+def _as_document_embedder(text_embedder: dict[str, Any]) -> dict[str, Any]:
+    """A file exported before the guard embedded with a document embedder: the same model as a document embedder."""
+    kind = text_embedder.get("type")
+    if kind not in _DOCUMENT_EMBEDDER_OF:
+        raise ValueError(f"SubQuestionGuard: text_embedder of type {kind!r} has no document embedder counterpart")
+    return {**text_embedder, "type": _DOCUMENT_EMBEDDER_OF[kind]}

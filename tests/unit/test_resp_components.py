@@ -20,6 +20,7 @@ from docqa.components.resp_controller import ReSPController, ReSPLoopState
 from docqa.components.resp_memory import GlobalEvidence, PathwayEntry, ReSPMemory
 from docqa.components.resp_reasoner import ReSPJudge, ReSPPlanner
 from docqa.components.sub_question_guard import SubQuestionGuard, normalize_question
+from docqa.embedding import OnnxDocumentEmbedder, OnnxTextEmbedder
 from tests.support.resp_fakes import GLOBAL, JUDGE, LOCAL, PLAN
 from tests.support.scripted_chat import ScriptedChatGenerator
 
@@ -357,6 +358,26 @@ class TestSubQuestionGuard:
         embedder = _TableEmbedder({"A?": [1.0, 0.0], "B?": [0.0, 1.0]})
         out = SubQuestionGuard(embedder).run(candidate="A?", asked=["B?"])
         assert out["repeated"] is False and out["similarity"] == pytest.approx(0.0)
+
+    def test_a_file_naming_the_query_embedder_loads_it_as_the_document_embedder(self, tmp_path: Path) -> None:
+        # Files exported before the guard's embeddings were a step of their own name its query embedder.
+        text = OnnxTextEmbedder(model="/models/minilm", cache_dir=str(tmp_path), quantize=True, threads=2)
+
+        def file_with(embedder: dict[str, Any]) -> dict[str, Any]:
+            guard = {
+                "type": "docqa.components.sub_question_guard.SubQuestionGuard",
+                "init_parameters": {"text_embedder": embedder, "similarity_threshold": 0.9},
+            }
+            return {"components": {"guard": guard}, "connections": []}
+
+        loaded = Pipeline.from_dict(file_with(text.to_dict()), allowed_modules=["docqa.*"]).get_component("guard")
+        embedder = loaded.document_embedder
+        assert isinstance(embedder, OnnxDocumentEmbedder)
+        assert (embedder.model, embedder.quantize, embedder.threads) == ("/models/minilm", True, 2)
+        assert loaded.similarity_threshold == 0.9
+        remote = {"type": "docqa.Remote", "init_parameters": {}}
+        with pytest.raises(Exception, match="no document embedder counterpart"):
+            Pipeline.from_dict(file_with(remote), allowed_modules=["docqa.*"])
 
     def test_threshold_is_validated(self) -> None:
         with pytest.raises(ValueError):
