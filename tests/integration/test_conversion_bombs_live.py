@@ -41,8 +41,12 @@ def client(stack: Stack) -> Iterator[httpx.Client]:
 
 
 def _upload(client: httpx.Client, stack: Stack, name: str, data: bytes) -> dict:
-    created = client.post("/v1/documents", headers=stack.auth("root"), data={"access": ["everyone"]},
-                          files=[("files", (name, data, "application/octet-stream"))])
+    created = client.post(
+        "/v1/documents",
+        headers=stack.auth("root"),
+        data={"access": ["everyone"]},
+        files=[("files", (name, data, "application/octet-stream"))],
+    )
     assert created.status_code == 202, created.text
     report = client.get(f"/v1/jobs/{created.json()['job_id']}", headers=stack.auth("root"))
     assert report.status_code == 200, report.text
@@ -56,14 +60,26 @@ def _status_kb(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} for {pid}")
 
 
-@pytest.mark.parametrize("name,build,code,reason", [
-    ("bomb.docx", zip_bomb_docx, "file_too_large",
-     r"decompressed size over 67108864 bytes \(word/document\.xml declares 230\d{6} bytes\)"),
-    # Within every declared bound: the child's memory limit stops python-docx's tree for 60 MB of XML.
-    ("big.docx", lambda: zip_bomb_docx(60 * MB), "file_too_large", f"conversion used more than {MEMORY_LIMIT_MB} MB"),
-    # pypdf stops inflating at its own 75 MB output limit, inside the child.
-    ("bomb.pdf", pdf_bomb, "unreadable_file", r"cannot parse PDF file \(.*"),
-])
+@pytest.mark.parametrize(
+    "name,build,code,reason",
+    [
+        (
+            "bomb.docx",
+            zip_bomb_docx,
+            "file_too_large",
+            r"decompressed size over 67108864 bytes \(word/document\.xml declares 230\d{6} bytes\)",
+        ),
+        # Within every declared bound: the child's memory limit stops python-docx's tree for 60 MB of XML.
+        (
+            "big.docx",
+            lambda: zip_bomb_docx(60 * MB),
+            "file_too_large",
+            f"conversion used more than {MEMORY_LIMIT_MB} MB",
+        ),
+        # pypdf stops inflating at its own 75 MB output limit, inside the child.
+        ("bomb.pdf", pdf_bomb, "unreadable_file", r"cannot parse PDF file \(.*"),
+    ],
+)
 def test_a_hostile_upload_is_a_failed_item_and_the_worker_stays_small(client, stack, name, build, code, reason):
     data = build()
     [worker] = worker_pids(stack.server.pid)
