@@ -61,7 +61,10 @@ class AuditedRun:
         strategy_hash: str | None = None,
     ) -> None:
         """
+        :param asked_by: the authenticated caller (user id), never taken from the request body.
+        :param models: the model serving each LLM role; defaults to the settings' per-role endpoints.
         :param run_options: strategy-specific keyword arguments of `pipeline.run` (e.g. AT-RAG's `as_of`).
+        :param control: the run's budget, deadline and cancellation (default: the settings' limits, no deadline).
         :param run_data: recorded in the trace's config beside the strategy's (e.g. `selection`).
         :param leading_steps: steps taken before the strategy ran (e.g. the conversation rewrite), recorded first.
         :param strategy_hash: the hash of `pipeline.config()` when already known (the pipeline cache keeps it).
@@ -155,25 +158,3 @@ def _steps_of_failed_run(recorders: list[StepRecorder]) -> list[Step]:
     # step positions.
     return list(recorders[0].steps) if recorders else []
 
-
-def answer_with_audit(
-    pipeline: QAPipeline,
-    question: str,
-    scope: AccessScope,
-    asked_by: str,
-    settings: Settings,
-    *,
-    filters: dict[str, Any] | None = None,
-    models: dict[str, Any] | None = None,
-    run_options: Mapping[str, Any] | None = None,
-    control: RunControl | None = None,
-) -> PipelineResult:
-    """Run a pipeline and commit its trace before returning the answer (or re-raising its error).
-
-    :param asked_by: the authenticated caller (user id), never taken from the request body.
-    :param models: the model serving each LLM role; defaults to the settings' per-role endpoints.
-    :param control: the run's budget, deadline and cancellation (default: the settings' limits, no deadline).
-    :returns: the result, with `trace_id` set to the committed trace.
-    """
-    return AuditedRun(pipeline, question, scope, asked_by, settings, filters=filters, models=models,
-                      run_options=run_options, control=control).run()

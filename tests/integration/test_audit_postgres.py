@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError
 from docqa.access import AccessScope
 from docqa.audit.models import AUDIT_TABLES
 from docqa.audit.recorder import close_interrupted_runs, open_run
-from docqa.questions.audited_run import answer_with_audit
+from docqa.questions.audited_run import AuditedRun
 from docqa.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
 from tests.support.audit import SECRET, fill, schema_differences, traces
@@ -215,7 +215,7 @@ def test_every_registered_pipeline_traces_round_trip(backend, corpus_runtime, tm
         for spec in available_pipelines():
             pipeline = build_pipeline(spec.name, corpus_runtime)
             try:
-                outcomes[spec.name] = answer_with_audit(pipeline, "Who founded Acme?", scope, "alice", settings)
+                outcomes[spec.name] = AuditedRun(pipeline, "Who founded Acme?", scope, "alice", settings).run()
             except Exception as exc:  # a failing strategy must still leave its failed trace
                 outcomes[spec.name] = exc
         stored = {t.pipeline: t for t in traces(settings)}

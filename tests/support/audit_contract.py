@@ -21,7 +21,7 @@ from docqa.audit.models import AuditStep, AuditTrace
 from docqa.audit.recorder import audit_session, record_answer
 from docqa.audit.retention import retain, verify_archive
 from docqa.audit.verify import verify_chain
-from docqa.questions.audited_run import answer_with_audit
+from docqa.questions.audited_run import AuditedRun
 from tests.support.audit import (
     SCOPE,
     crash_mid_write,
@@ -96,15 +96,15 @@ class AuditTrailContract:
         assert stored.steps[2].duration_s == result.steps[2].duration_s
         assert verify(settings).ok
 
-    def test_answer_with_audit_commits_the_trace_before_returning(self, settings):
-        result = answer_with_audit(TreePipeline(), "Who founded Acme?", SCOPE, "alice", settings)
+    def test_an_audited_run_commits_the_trace_before_returning(self, settings):
+        result = AuditedRun(TreePipeline(), "Who founded Acme?", SCOPE, "alice", settings).run()
         [stored] = traces(settings)
         assert result.trace_id == stored.id and stored.tenant == "acme" and stored.status == "completed"
         assert set(stored.models) == {"reasoner", "summarizer", "generator", "grader", "planner"}
 
     def test_failed_run_leaves_a_failed_trace_with_the_error_and_steps_taken(self, settings):
         with pytest.raises(ConnectionError):
-            answer_with_audit(FailingPipeline(), "Who founded Acme?", SCOPE, "alice", settings)
+            AuditedRun(FailingPipeline(), "Who founded Acme?", SCOPE, "alice", settings).run()
         [stored] = traces(settings)
         assert stored.status == "failed" and stored.answer is None
         assert stored.error == "ConnectionError: LLM endpoint went away"
@@ -124,7 +124,7 @@ class AuditTrailContract:
         calls = iter([real, broken_step_row])
         monkeypatch.setattr(recorder, "_step_row", lambda step, secrets: next(calls, broken_step_row)(step, secrets))
         with pytest.raises(RuntimeError, match="disk full"):
-            answer_with_audit(TreePipeline(), "Who founded Acme?", SCOPE, "alice", settings)
+            AuditedRun(TreePipeline(), "Who founded Acme?", SCOPE, "alice", settings).run()
         assert traces(settings) == []
 
     def test_rollback_after_staging_leaves_no_trace(self, settings):

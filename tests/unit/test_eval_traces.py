@@ -8,7 +8,7 @@ from docqa.audit.recorder import audit_session
 from docqa.evaluation.datasets import EvalQuestion
 from docqa.evaluation.runner import run_evaluation
 from docqa.pipelines.registry import build_pipeline
-from docqa.questions.audited_run import answer_with_audit
+from docqa.questions.audited_run import AuditedRun
 from docqa.runtime import Runtime
 from docqa.server.trace_queries import TraceFilter, list_traces
 from docqa.settings import Settings
@@ -27,8 +27,8 @@ def test_the_user_filter_lists_one_evaluation_run(tmp_path):
                              progress=False)
     other = run_evaluation(runtime, QUESTIONS[:1], ["no_retrieval"], tmp_path / "out", scope=SCOPE,
                            label="release-7", progress=False)
-    asked = answer_with_audit(build_pipeline("no_retrieval", runtime), "Who painted it?", SCOPE, asked_by="alice",
-                              settings=settings)
+    asked = AuditedRun(build_pipeline("no_retrieval", runtime), "Who painted it?", SCOPE, asked_by="alice",
+                       settings=settings).run()
 
     with audit_session(settings) as session:
         total, page = list_traces(session, TraceFilter(tenant="acme", asked_by="eval:nightly"), limit=50, offset=0)

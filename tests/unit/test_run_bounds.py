@@ -26,7 +26,7 @@ from docqa.pipelines.options import (
     validate_options,
 )
 from docqa.pipelines.registry import available_pipelines
-from docqa.questions.audited_run import answer_with_audit
+from docqa.questions.audited_run import AuditedRun
 from docqa.recording import StepRecorder
 from docqa.result import PipelineResult, Totals
 from docqa.run_control import LLMBudgetExceededError, RunControl, RunStopped
@@ -188,7 +188,7 @@ class TestOneTracePerQuestion:
 
         def target() -> None:
             try:
-                outcome["result"] = answer_with_audit(pipeline, "Q?", SCOPE, "alice", settings, control=run)
+                outcome["result"] = AuditedRun(pipeline, "Q?", SCOPE, "alice", settings, control=run).run()
             except BaseException as exc:
                 outcome["error"] = exc
 
@@ -221,7 +221,7 @@ class TestOneTracePerQuestion:
         pipeline = BlockingPipeline(ScriptedChatGenerator(default="an answer"))
         pipeline.release.set()
         run = control()
-        result = answer_with_audit(pipeline, "Q?", SCOPE, "alice", settings, control=run)
+        result = AuditedRun(pipeline, "Q?", SCOPE, "alice", settings, control=run).run()
         assert not run.stop("timed_out")
         [trace] = traces(settings)
         assert (trace.id, trace.status, trace.answer) == (result.trace_id, "completed", "an answer")
@@ -231,7 +231,7 @@ class TestOneTracePerQuestion:
         pipeline = BlockingPipeline(ScriptedChatGenerator(default="an answer"))
         pipeline.release.set()
         with pytest.raises(LLMBudgetExceededError):
-            answer_with_audit(pipeline, "Q?", SCOPE, "alice", settings, control=control(max_llm_calls=1))
+            AuditedRun(pipeline, "Q?", SCOPE, "alice", settings, control=control(max_llm_calls=1)).run()
         [trace] = traces(settings)
         assert trace.status == "failed" and "LLM calls" in trace.error
         assert [s.name for s in trace.steps] == ["first", "second", "third"]
@@ -239,8 +239,8 @@ class TestOneTracePerQuestion:
     def test_a_strategy_out_of_budget_after_calls_is_completed_with_an_llm_budget_trace(self, settings):
         retriever = KeywordRetriever([doc("gh", "Glass Harbor is a film by the director Omar Vance.", "Glass Harbor")])
         llm = ScriptedChatGenerator(rules=[(JUDGE, "No"), (PLAN, "Where was Omar Vance born?")], default="x")
-        result = answer_with_audit(build(llm, retriever), "Where was the director of Glass Harbor born?", SCOPE,
-                                   "alice", settings, control=control(max_llm_calls=2))
+        result = AuditedRun(build(llm, retriever), "Where was the director of Glass Harbor born?", SCOPE,
+                            "alice", settings, control=control(max_llm_calls=2)).run()
         assert len(llm.calls) == 2 and result.stop_reason == "llm_budget" and result.answer_source == "extracted"
         [trace] = traces(settings)
         assert (trace.id, trace.status, trace.stop_reason) == (result.trace_id, "completed", "llm_budget")

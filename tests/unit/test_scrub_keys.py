@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 from docqa.access import AccessScope
 from docqa.audit.recorder import record_answer
 from docqa.audit.scrub import MASK, clean, clean_text
-from docqa.questions.audited_run import answer_with_audit
+from docqa.questions.audited_run import AuditedRun
 from docqa.recording import StepRecorder, record_llm_call
 from docqa.result import Citation, LLMUsage, PipelineResult
 from docqa.settings import Settings
@@ -112,7 +112,7 @@ class TestStoredTraces:
                     raise RuntimeError(f"upstream refused the prompt {question!r}")
 
         with pytest.raises(RuntimeError):
-            answer_with_audit(Failing(), f"What can {key} do?", SCOPE, "alice", settings)
+            AuditedRun(Failing(), f"What can {key} do?", SCOPE, "alice", settings).run()
         stored = stored_text(settings)
         assert_masked(stored, key)
         assert "upstream refused the prompt" in stored
