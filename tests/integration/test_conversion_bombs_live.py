@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.conversion_bombs import pdf_bomb, zip_bomb_docx
+from tests.support.conversion_bombs import pdf_bomb, xlsx_bomb, zip_bomb_docx
 from tests.support.live_server import worker_pids
 from tests.support.sample_files import docx_bytes
 from tests.support.server_stack import Stack, server_stack
@@ -78,6 +78,12 @@ def _status_kb(pid: int, field: str) -> int:
         ),
         # pypdf stops inflating at its own 75 MB output limit, inside the child.
         ("bomb.pdf", pdf_bomb, "unreadable_file", r"cannot parse PDF file \(.*"),
+        (
+            "bomb.xlsx",
+            xlsx_bomb,
+            "file_too_large",
+            r"decompressed size over 67108864 bytes \(xl/worksheets/sheet1\.xml declares 230\d{6} bytes\)",
+        ),
     ],
 )
 def test_a_hostile_upload_is_a_failed_item_and_the_worker_stays_small(client, stack, name, build, code, reason):

@@ -67,20 +67,58 @@ def zip_bomb_docx(xml_bytes: int = 220 * 1024 * 1024) -> bytes:
     return buffer.getvalue()
 
 
+_S = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+_XLSX_CONTENT_TYPES = (
+    '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+    '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+    '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+    '<Default Extension="xml" ContentType="application/xml"/>'
+    '<Override PartName="/xl/workbook.xml" '
+    'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>'
+    '<Override PartName="/xl/worksheets/sheet1.xml" '
+    'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>'
+    "</Types>"
+)
+_XLSX_RELS = _RELS.replace("word/document.xml", "xl/workbook.xml")
+_WORKBOOK = (
+    f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><workbook xmlns="{_S}" '
+    'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">'
+    '<sheets><sheet name="Sheet1" sheetId="1" r:id="rId1"/></sheets></workbook>'
+)
+_WORKBOOK_RELS = (
+    '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+    '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+    '<Relationship Id="rId1" '
+    'Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" '
+    'Target="worksheets/sheet1.xml"/></Relationships>'
+)
+
+
 def xlsx_bomb(xml_bytes: int = 220 * 1024 * 1024) -> bytes:
-    """An XLSX-shaped archive whose one worksheet holds `xml_bytes` of rows."""
+    """A well-formed XLSX whose one worksheet holds `xml_bytes` of one-cell rows (220 MB -> about 2 MB): rows
+    without `r` attributes (a reader counts them) and a number every fifth one, so it compresses like the DOCX."""
+    template = "".join(
+        f'<row><c t="inlineStr"><is><t>Clause {{n}}{i} {_CLAUSE}</t></is></c></row>'
+        if i % 5 == 0
+        else f'<row><c t="inlineStr"><is><t>Clause {_CLAUSE}</t></is></c></row>'
+        for i in range(2000)
+    ).encode()
     buffer = io.BytesIO()
-    row = b"".join(
-        b'<row r="%d"><c r="A%d" t="inlineStr"><is><t>value</t></is></c></row>' % (i, i) for i in range(1, 2001)
-    )
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("[Content_Types].xml", _CONTENT_TYPES.replace("word/document", "xl/workbook"))
+        archive.writestr("[Content_Types].xml", _XLSX_CONTENT_TYPES)
+        archive.writestr("_rels/.rels", _XLSX_RELS)
+        archive.writestr("xl/workbook.xml", _WORKBOOK)
+        archive.writestr("xl/_rels/workbook.xml.rels", _WORKBOOK_RELS)
         with archive.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as member:
-            member.write(b'<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData>')
-            written = 0
+            member.write(
+                f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><worksheet xmlns="{_S}"><sheetData>'.encode()
+            )
+            written, block = 0, 0
             while written < xml_bytes:
-                member.write(row)
-                written += len(row)
+                chunk = template.replace(b"{n}", b"%d-" % block)
+                member.write(chunk)
+                written += len(chunk)
+                block += 1
             member.write(b"</sheetData></worksheet>")
     return buffer.getvalue()
 
