@@ -6,15 +6,18 @@
    exactly the changed files' chunks.
 3. With `--imap N` (Dovecot installed): N mail messages, every other one with a PDF attachment, over IMAP on
    loopback: the first sync's time.
-4. With `--watch`: the time from a change in a watched folder (`docqa sources watch`, 1 s look interval) to the
-   new text being among the top 5 passages of a dense retrieval for a question, as a reader of the source (what
-   an answer is generated from; no model call).
+4. With `--watch`: a file of a watched folder (`docqa sources watch`, 1 s look interval; `--watch-files` other
+   files beside it) is rewritten with a new fact; the time from the write to the new text being among the top 5
+   passages of a dense retrieval, as a reader of the source, and to an answer through the question service
+   (`standard` strategy) whose shown answer or citations hold the new text and no longer the old. The LLM is the
+   configured endpoint (`DOCQA_LLM_BASE_URL`) or else the packaged local model (`llama-cpp-python[server]`),
+   started in the temporary data directory and stopped at the end.
 
 Real embedder (the configured one, packaged MiniLM by default), the embedded store and SQLite in a temporary
 data directory, no broker (items processed in this process through the ingestion queue's tables). Prints;
 asserts nothing.
 
-    nice python bench/sources_sync.py --files 10000 [--imap 1000] [--watch]
+    nice python bench/sources_sync.py --files 10000 [--imap 1000] [--watch [--watch-files 100]]
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 import argparse
+import contextlib
+import importlib.util
 import json
 import random
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,36 +183,114 @@ def imap_figures(settings: Settings, runtime: CountingRuntime, count: int) -> No
         print(f"imap no-change sync: {again.summary()}")
 
 
-def watch_figures(settings: Settings, runtime: CountingRuntime, root: Path) -> None:
+OLD_FACT = "The Lyon bicycle room is on the second floor, next to the lifts."
+NEW_FACT = "The Lyon bicycle room moved to the third basement floor, next to the showers."
+WATCH_QUESTION = "Which floor is the Lyon bicycle room on?"
+OLD_MARK, NEW_MARK = "second floor", "third basement"
+
+
+def watch_figures(settings: Settings, runtime: CountingRuntime, root: Path, files: int) -> None:
+    """A file of a watched folder is rewritten; timed from the write to (a) the new text in a dense top 5 and
+    (b) an answer through the question service (`standard` strategy, the configured or packaged LLM) whose shown
+    answer or citations hold the new text and not the old one. Questions are asked back to back from the write
+    on, as a user asking again and again would; each answer's start and end are kept, so the figure's
+    resolution is one answer's latency."""
     from docqa.access import AccessScope
+    from docqa.questions import Ask, Asker, QuestionService
     from docqa.sources.watch import watch_source
 
     folder = root / "watched"
-    folder.mkdir()
+    write_folder(folder, corpus_texts(files))  # other documents the retrieval has to pass over
     (folder / "intro.txt").write_text("The watched folder holds the facilities notes of the Lyon office.")
+    (folder / "bikes.txt").write_text(OLD_FACT)
     define_source(settings, name="watched", type="folder", tenant="bench", config={"path": str(folder)},
                   allow=["group:facilities"])
+    synced = threading.Event()
+    reported: list[float] = []  # when each of the watcher's syncs reported
+
+    def on_report(_report: Any) -> None:
+        reported.append(time.perf_counter())
+        synced.set()
+
     stop = threading.Event()
     watcher = threading.Thread(target=watch_source, args=(settings, "bench", "watched"),
-                               kwargs={"actor": "bench", "interval_s": 1.0, "stop": stop}, daemon=True)
+                               kwargs={"actor": "bench", "interval_s": 1.0, "stop": stop, "on_report": on_report},
+                               daemon=True)
+    started = time.perf_counter()
     watcher.start()
+    if not synced.wait(timeout=3600):
+        sys.exit("watch: the first sync did not finish within an hour")
+    print(f"watch: {files + 2} files, first sync {time.perf_counter() - started:.1f} s (embedder load included)")
+
     scope = AccessScope("bench", frozenset({"group:facilities"}))
-    question = "Which floor is the Lyon bicycle room on?"
+    service = QuestionService(runtime)
+    ask = Ask(WATCH_QUESTION, strategy="standard")
+    asker = Asker(scope, asked_by="bench")
     retrieve = _retriever(runtime)
-    time.sleep(5)  # the first sync and the embedder load
-    (folder / "bikes.txt").write_text("The Lyon bicycle room is on the third basement floor, next to the showers.")
+    for attempt in ("cold", "warm"):  # builds the strategy and loads the model; and a warm answer's latency
+        began = time.perf_counter()
+        before = service.answer(ask, asker).result
+        shown = _shown(before)
+        print(f"  answer before the change ({attempt}): {time.perf_counter() - began:.1f} s, "
+              f"{before.answer_source}, old text shown: {OLD_MARK in shown}, new text shown: "
+              f"{NEW_MARK in shown}; answer {before.answer[:100]!r}")
+
+    synced.clear()
+    (folder / "bikes.txt").write_text(NEW_FACT)
     changed = time.perf_counter()
-    found = None
-    while time.perf_counter() - changed < 120:
-        passages = retrieve(question, scope)
-        if any("third basement floor" in (doc.content or "") for doc in passages):
-            found = time.perf_counter() - changed
+    to_retrieval: list[float] = []
+
+    def poll_retrieval() -> None:
+        while not stop.is_set() and time.perf_counter() - changed < 300:
+            if any(NEW_MARK in (doc.content or "") for doc in retrieve(WATCH_QUESTION, scope)):
+                to_retrieval.append(time.perf_counter() - changed)
+                return
+            time.sleep(0.2)
+
+    poller = threading.Thread(target=poll_retrieval, daemon=True)
+    poller.start()
+    answers: list[tuple[float, float, Any]] = []
+    while time.perf_counter() - changed < 300:
+        began = time.perf_counter() - changed
+        result = service.answer(ask, asker).result
+        answers.append((began, time.perf_counter() - changed, result))
+        if _reflects(result):
             break
-        time.sleep(0.2)
+    synced.wait(timeout=60)
+    synced_at = next((at - changed for at in reported if at > changed), None)
+    poller.join(timeout=60)
     stop.set()
     watcher.join(timeout=30)
-    print("watch: change to retrieval " + (f"{found:.1f} s" if found is not None else "not within 120 s")
-          + " (1 s look interval, 1 s quiet period, then the sync and a dense top-5 retrieval)")
+    service.close()
+
+    print("watch: change to retrieval " + (f"{to_retrieval[0]:.1f} s" if to_retrieval else "not within 300 s")
+          + " (1 s look interval, 1 s quiet period, then the sync and a dense top-5 retrieval, polled every 0.2 s)")
+    if synced_at is not None:
+        print(f"  the watcher's sync of the change reported at {synced_at:.1f} s")
+    for began, ended, result in answers:
+        print(f"  answer asked at +{began:.1f} s, done at +{ended:.1f} s: {result.answer_source}, reflects the "
+              f"change: {_reflects(result)}; answer {result.answer[:100]!r}; cited "
+              f"{[c.source or c.document_id for c in result.citations]}")
+    last_began, last_ended, last = answers[-1]
+    if _reflects(last):
+        stale = [began for began, _, result in answers if not _reflects(result)]
+        print(f"watch: change to an answer that reflects it {last_ended:.1f} s (that question was asked at "
+              f"+{last_began:.1f} s and took {last_ended - last_began:.1f} s; the last answer still without the "
+              "change was asked at " + (f"+{stale[-1]:.1f} s" if stale else "- (none)")
+              + f"); shown answer from the {last.answer_source}, new text in the answer: "
+              f"{NEW_MARK in last.answer}, in a citation: {any(NEW_MARK in c.snippet for c in last.citations)}")
+    else:
+        print("watch: no answer reflected the change within 300 s")
+
+
+def _shown(result: Any) -> str:
+    """What a reader sees of a result: the answer and the cited passages."""
+    return "\n".join([result.answer, *(citation.snippet for citation in result.citations)])
+
+
+def _reflects(result: Any) -> bool:
+    shown = _shown(result)
+    return NEW_MARK in shown and OLD_MARK not in shown
 
 
 def _retriever(runtime: Runtime) -> Any:
@@ -227,7 +311,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--imap", type=int, default=0, help="also sync this many mail messages over IMAP")
-    parser.add_argument("--watch", action="store_true", help="also time a watched folder's change to retrieval")
+    parser.add_argument("--watch", action="store_true",
+                        help="also time a watched folder's change to retrieval and to an answer")
+    parser.add_argument("--watch-files", type=int, default=100, help="other files in the watched folder")
     args = parser.parse_args()
     if not (shared_data_dir() / "multihop" / "hotpotqa_train_corpus.json").is_file():
         sys.exit(f"skipped: shared data not found under {shared_data_dir()}")
@@ -241,7 +327,26 @@ def main() -> None:
         if args.imap:
             imap_figures(settings, runtime, args.imap)
         if args.watch:
-            watch_figures(settings, runtime, root)
+            with _llm(settings):
+                watch_figures(settings, runtime, root, args.watch_files)
+
+
+@contextlib.contextmanager
+def _llm(settings: Settings) -> Iterator[None]:
+    """The configured LLM endpoint, or the packaged model's local server for the time of the figures."""
+    if settings.llm_base_url is not None:
+        print(f"LLM: {settings.llm_base_url}")
+        yield
+        return
+    from docqa.llm.local_server import ensure_local_llm, stop_local_llm
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        sys.exit("watch: no LLM (set DOCQA_LLM_BASE_URL, or pip install 'docqa[local-llm]' for the packaged model)")
+    print(f"LLM: {ensure_local_llm(settings)}")
+    try:
+        yield
+    finally:
+        stop_local_llm(settings)
 
 
 if __name__ == "__main__":
