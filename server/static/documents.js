@@ -1,14 +1,14 @@
 // Admins: upload files as an ingestion job, follow the job, list and delete the tenant's documents.
 import { api, ApiError } from "./api.js";
 import { byId, clear, el, guarded } from "./dom.js";
+import { PagedTable } from "./pager.js";
 
-const PAGE = 50;
 const POLL_MS = 1000;
 // A job is followed for at most an hour of polls; its status stays available through the API afterwards.
 const MAX_POLLS = 3600;
 const FINAL_JOB = new Set(["succeeded", "completed_with_errors", "failed"]);
 
-let offset = 0;
+const table = new PagedTable("documents");
 
 function showJob(job) {
   byId("job").hidden = false;
@@ -82,15 +82,8 @@ function documentRow(doc) {
 }
 
 async function loadDocuments() {
-  const page = await api(`/v1/documents?limit=${PAGE}&offset=${offset}`);
-  const body = byId("documents").querySelector("tbody");
-  clear(body);
-  for (const doc of page.documents) body.append(documentRow(doc));
-  if (!page.documents.length) body.append(el("tr", {}, el("td", { className: "muted", text: "No documents.", attrs: { colspan: "5" } })));
-  const last = Math.min(offset + PAGE, page.total);
-  byId("documents-page").textContent = page.total ? `${offset + 1}–${last} of ${page.total}` : "";
-  /** @type {HTMLButtonElement} */ (byId("documents-prev")).disabled = offset === 0;
-  /** @type {HTMLButtonElement} */ (byId("documents-next")).disabled = last >= page.total;
+  const page = await api(`/v1/documents?${table.query()}`);
+  table.show(page.total, page.documents.map(documentRow), "No documents.");
 }
 
 export async function setupDocuments() {
@@ -99,13 +92,6 @@ export async function setupDocuments() {
     guarded(byId("upload-button"), upload);
   });
   byId("documents-refresh").addEventListener("click", (event) => guarded(event.currentTarget, loadDocuments));
-  byId("documents-prev").addEventListener("click", (event) => {
-    offset = Math.max(0, offset - PAGE);
-    guarded(event.currentTarget, loadDocuments);
-  });
-  byId("documents-next").addEventListener("click", (event) => {
-    offset += PAGE;
-    guarded(event.currentTarget, loadDocuments);
-  });
+  table.mount(loadDocuments);
   await loadDocuments();
 }

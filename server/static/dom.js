@@ -29,6 +29,11 @@ export function byId(id) {
   return node;
 }
 
+/** The trimmed value of the input (or select) `#id`. @param {string} id @returns {string} */
+export function inputValue(id) {
+  return /** @type {HTMLInputElement} */ (byId(id)).value.trim();
+}
+
 /** Pretty JSON for <pre> blocks (shown with textContent). */
 export function json(value) {
   return JSON.stringify(value, null, 2);

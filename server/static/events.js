@@ -1,25 +1,12 @@
 // Auditors: the tenant's audit events (who changed accounts, keys, groups, documents and their access lists)
 // next to the traces, and "could this principal read this document then?" replayed from those events.
 import { api } from "./api.js";
-import { byId, clear, el, guarded, json } from "./dom.js";
+import { byId, clear, el, guarded, inputValue, json } from "./dom.js";
+import { PagedTable } from "./pager.js";
 
-const PAGE = 50;
-let offset = 0;
-
-function value(id) {
-  return /** @type {HTMLInputElement} */ (byId(id)).value.trim();
-}
-
-function query() {
-  const params = new URLSearchParams({ limit: String(PAGE), offset: String(offset) });
-  for (const [name, id] of [["action", "event-action"], ["actor", "event-actor"], ["target", "event-target"]]) {
-    if (value(id)) params.set(name, value(id));
-  }
-  for (const [name, id] of [["since", "event-since"], ["until", "event-until"]]) {
-    if (value(id)) params.set(name, new Date(value(id)).toISOString());
-  }
-  return params.toString();
-}
+const table = new PagedTable("events");
+const FILTERS = { action: "event-action", actor: "event-actor", target: "event-target" };
+const TIMES = { since: "event-since", until: "event-until" };
 
 function eventRow(event) {
   const row = el("tr", { attrs: { "data-event": String(event.id) } });
@@ -33,22 +20,15 @@ function eventRow(event) {
 }
 
 async function loadEvents() {
-  const page = await api(`/v1/audit/events?${query()}`);
-  const body = byId("events").querySelector("tbody");
-  clear(body);
-  for (const event of page.events) body.append(eventRow(event));
-  if (!page.events.length) body.append(el("tr", {}, el("td", { className: "muted", text: "No events.", attrs: { colspan: "7" } })));
-  const last = Math.min(offset + PAGE, page.total);
-  byId("events-page").textContent = page.total ? `${offset + 1}–${last} of ${page.total}` : "";
-  /** @type {HTMLButtonElement} */ (byId("events-prev")).disabled = offset === 0;
-  /** @type {HTMLButtonElement} */ (byId("events-next")).disabled = last >= page.total;
+  const page = await api(`/v1/audit/events?${table.query(FILTERS, TIMES)}`);
+  table.show(page.total, page.events.map(eventRow), "No events.");
 }
 
 async function askAccess() {
-  const at = value("access-at");
+  const at = inputValue("access-at");
   const params = new URLSearchParams({
-    principal: value("access-principal"),
-    document: value("access-document"),
+    principal: inputValue("access-principal"),
+    document: inputValue("access-document"),
     // A datetime-local value is the browser's local time; a value with a zone (from a trace) is kept.
     at: /[zZ]|[+-]\d\d:\d\d$/.test(at) ? at : new Date(at).toISOString(),
   });
@@ -94,19 +74,7 @@ export function checkCitationAccess(principal, documentId, askedAt) {
 }
 
 export async function setupEvents() {
-  byId("event-filter").addEventListener("submit", (event) => {
-    event.preventDefault();
-    offset = 0;
-    guarded(/** @type {HTMLFormElement} */ (event.currentTarget).querySelector("button"), loadEvents);
-  });
-  byId("events-prev").addEventListener("click", (event) => {
-    offset = Math.max(0, offset - PAGE);
-    guarded(event.currentTarget, loadEvents);
-  });
-  byId("events-next").addEventListener("click", (event) => {
-    offset += PAGE;
-    guarded(event.currentTarget, loadEvents);
-  });
+  table.mount(loadEvents, byId("event-filter"));
   byId("access-form").addEventListener("submit", (event) => {
     event.preventDefault();
     guarded(/** @type {HTMLFormElement} */ (event.currentTarget).querySelector("button"), askAccess);

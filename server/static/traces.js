@@ -2,27 +2,13 @@
 import { api } from "./api.js";
 import { byId, clear, el, guarded, json, seconds } from "./dom.js";
 import { checkCitationAccess, setupEvents } from "./events.js";
+import { PagedTable } from "./pager.js";
 import { stepSubstance } from "./substance.js";
 import { treeNodeLabel } from "./tree.js";
 
-const PAGE = 50;
-let offset = 0;
-
-function value(id) {
-  return /** @type {HTMLInputElement} */ (byId(id)).value.trim();
-}
-
-function query() {
-  const params = new URLSearchParams({ limit: String(PAGE), offset: String(offset) });
-  for (const [name, id] of [["user", "filter-user"], ["pipeline", "filter-pipeline"], ["status", "filter-status"], ["text", "filter-text"]]) {
-    if (value(id)) params.set(name, value(id));
-  }
-  for (const [name, id] of [["since", "filter-since"], ["until", "filter-until"]]) {
-    // datetime-local is the browser's local time; the API wants an explicit zone.
-    if (value(id)) params.set(name, new Date(value(id)).toISOString());
-  }
-  return params.toString();
-}
+const table = new PagedTable("traces");
+const FILTERS = { user: "filter-user", pipeline: "filter-pipeline", status: "filter-status", text: "filter-text" };
+const TIMES = { since: "filter-since", until: "filter-until" };
 
 function traceRow(trace) {
   const button = el("button", { text: "Open", attrs: { type: "button" } });
@@ -36,15 +22,8 @@ function traceRow(trace) {
 }
 
 async function loadTraces() {
-  const page = await api(`/v1/traces?${query()}`);
-  const body = byId("traces").querySelector("tbody");
-  clear(body);
-  for (const trace of page.traces) body.append(traceRow(trace));
-  if (!page.traces.length) body.append(el("tr", {}, el("td", { className: "muted", text: "No traces.", attrs: { colspan: "6" } })));
-  const last = Math.min(offset + PAGE, page.total);
-  byId("traces-page").textContent = page.total ? `${offset + 1}–${last} of ${page.total}` : "";
-  /** @type {HTMLButtonElement} */ (byId("traces-prev")).disabled = offset === 0;
-  /** @type {HTMLButtonElement} */ (byId("traces-next")).disabled = last >= page.total;
+  const page = await api(`/v1/traces?${table.query(FILTERS, TIMES)}`);
+  table.show(page.total, page.traces.map(traceRow), "No traces.");
 }
 
 function field(list, name, text) {
@@ -190,19 +169,7 @@ async function verify() {
 }
 
 export async function setupTraces() {
-  byId("trace-filter").addEventListener("submit", (event) => {
-    event.preventDefault();
-    offset = 0;
-    guarded(/** @type {HTMLFormElement} */ (event.currentTarget).querySelector("button"), loadTraces);
-  });
-  byId("traces-prev").addEventListener("click", (event) => {
-    offset = Math.max(0, offset - PAGE);
-    guarded(event.currentTarget, loadTraces);
-  });
-  byId("traces-next").addEventListener("click", (event) => {
-    offset += PAGE;
-    guarded(event.currentTarget, loadTraces);
-  });
+  table.mount(loadTraces, byId("trace-filter"));
   byId("verify-chain").addEventListener("click", (event) => guarded(event.currentTarget, verify));
   await loadTraces();
   await setupEvents();
