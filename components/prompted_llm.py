@@ -24,7 +24,6 @@ Usage:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 from haystack import Pipeline, component, default_from_dict, default_to_dict
@@ -40,19 +39,6 @@ from docqa.components.llm_generation import ConstrainedGeneration, Output
 PROMPT_KIND = "prompt"
 LLM_KIND = "llm"
 PARSE_KIND = "parse"
-
-
-def compiling_once(builder: ChatPromptBuilder) -> ChatPromptBuilder:
-    """`builder`, compiling each template text once instead of on every run.
-
-    `ChatPromptBuilder.run` compiles its Jinja template again on each call (about a tenth of a strategy's
-    orchestration time with a scripted model); a step's template is fixed when it is built, and a compiled Jinja
-    template renders safely from several threads.
-    """
-    environment = getattr(builder, "_env", None)
-    if environment is not None and not hasattr(environment.from_string, "cache_info"):
-        environment.from_string = lru_cache(maxsize=8)(environment.from_string)
-    return builder
 
 
 def inner_step_kinds(pipeline: Pipeline) -> dict[str, str]:
@@ -128,10 +114,8 @@ class PromptedLLM(SuperComponent):
         required = list(variables if required_variables is None else required_variables)
         pipeline.add_component(
             prompt_node,
-            compiling_once(
-                ChatPromptBuilder(
-                    template=[ChatMessage.from_user(template)], variables=list(variables), required_variables=required
-                )
+            ChatPromptBuilder(
+                template=[ChatMessage.from_user(template)], variables=list(variables), required_variables=required
             ),
         )
         pipeline.add_component(

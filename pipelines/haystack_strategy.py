@@ -43,6 +43,7 @@ from haystack.core.serialization import component_to_dict, generate_qualified_cl
 
 from docqa.access import AccessScope, restrict
 from docqa.components.grounding_checker import REASON_NO_PASSAGE, no_passage_answer
+from docqa.components.template_cache import compiling_once
 from docqa.errors import ConfigurationError
 from docqa.extractive_fallback import LLM_BUDGET_STEP
 from docqa.pipelines.base import (
@@ -208,6 +209,8 @@ class HaystackStrategy:
         self.input_names = input_names
         self.summary = dict(summary or {})
         self.kinds = {n: step_kind_of(c) for n, c in pipeline.walk()} | dict(kinds or {})
+        for _, node in pipeline.walk():
+            compiling_once(node)
         self._config: dict[str, Any] | None = None
         self._lock = threading.Lock()
         check_access_wiring(pipeline, self._pipeline_dict())

@@ -6,14 +6,23 @@ import sys
 import typing
 
 import pytest
-from haystack import Document, component
+from haystack import Document, Pipeline, component
 from haystack.components.builders import ChatPromptBuilder
+from haystack.components.routers import ConditionalRouter
 from haystack.core.component import Component
 from haystack.core.pipeline.utils import _deepcopy_with_exceptions
 from haystack.dataclasses import ChatMessage
 
 import docqa  # noqa: F401  (installs the protocol check cache)
-from docqa.components.prompted_llm import compiling_once
+from docqa.components.template_cache import compiling_once
+from docqa.pipelines.haystack_strategy import HaystackStrategy
+
+
+@component
+class _Answer:
+    @component.output_types(answer=str)
+    def run(self, prompt: list[ChatMessage]) -> dict[str, str]:
+        return {"answer": prompt[0].text or ""}
 
 
 @component
@@ -62,6 +71,25 @@ class TestCompilingOnce:
         plain = ChatPromptBuilder(template=[ChatMessage.from_user("Q: {{ q }}")], variables=["q"])
         once = compiling_once(ChatPromptBuilder(template=[ChatMessage.from_user("Q: {{ q }}")], variables=["q"]))
         assert once.to_dict() == plain.to_dict()
+
+    def test_a_routers_conditions_and_outputs_are_compiled_once_and_still_route(self):
+        routes = [
+            {"condition": "{{ n > 1 }}", "output": "{{ n }}", "output_name": "big", "output_type": int},
+            {"condition": "{{ n <= 1 }}", "output": "{{ n }}", "output_name": "small", "output_type": int},
+        ]
+        router = compiling_once(ConditionalRouter(routes))
+        assert router.run(n=5) == {"big": 5}
+        assert router.run(n=0) == {"small": 0}
+        assert router.run(n=7) == {"big": 7}
+        assert router._env.from_string.cache_info().misses == 3  # two conditions and one shared output text
+
+    def test_every_node_of_a_strategy_compiles_once(self, tmp_path):
+        pipeline = Pipeline()
+        pipeline.add_component("prompt", ChatPromptBuilder(template=[ChatMessage.from_user("Q: {{ question }}")]))
+        pipeline.add_component("answerer", _Answer())
+        pipeline.connect("prompt.prompt", "answerer.prompt")
+        HaystackStrategy("t", pipeline, max_question_chars=100, grounding=False, require_passages=False)
+        assert hasattr(pipeline.get_component("prompt")._env.from_string, "cache_info")
 
     def test_applying_it_twice_wraps_once(self):
         builder = compiling_once(compiling_once(ChatPromptBuilder(template=[ChatMessage.from_user("{{ q }}")])))
