@@ -8,7 +8,7 @@ const POLL_MS = 1000;
 const MAX_POLLS = 3600;
 const FINAL_JOB = new Set(["succeeded", "completed_with_errors", "failed"]);
 
-const table = new PagedTable("documents");
+const table = new PagedTable("documents", { path: "/v1/documents", row: documentRow, empty: "No documents." });
 
 function showJob(job) {
   byId("job").hidden = false;
@@ -39,7 +39,7 @@ async function follow(jobId) {
     }
     showJob(job);
     if (FINAL_JOB.has(job.status)) {
-      await loadDocuments();
+      await table.load();
       return;
     }
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
@@ -66,7 +66,7 @@ async function remove(sourceId, button) {
   if (!window.confirm(`Delete every chunk of ${sourceId}?`)) return;
   await guarded(button, async () => {
     await api(`/v1/documents/${encodeURIComponent(sourceId)}`, { method: "DELETE" });
-    await loadDocuments();
+    await table.load();
   });
 }
 
@@ -81,17 +81,12 @@ function documentRow(doc) {
   return row;
 }
 
-async function loadDocuments() {
-  const page = await api(`/v1/documents?${table.query()}`);
-  table.show(page.total, page.documents.map(documentRow), "No documents.");
-}
-
 export async function setupDocuments() {
   byId("upload-form").addEventListener("submit", (event) => {
     event.preventDefault();
     guarded(byId("upload-button"), upload);
   });
-  byId("documents-refresh").addEventListener("click", (event) => guarded(event.currentTarget, loadDocuments));
-  table.mount(loadDocuments);
-  await loadDocuments();
+  byId("documents-refresh").addEventListener("click", (event) => guarded(event.currentTarget, () => table.load()));
+  table.mount();
+  await table.load();
 }

@@ -4,9 +4,11 @@ import { api } from "./api.js";
 import { byId, clear, el, guarded, inputValue, json } from "./dom.js";
 import { PagedTable } from "./pager.js";
 
-const table = new PagedTable("events");
-const FILTERS = { action: "event-action", actor: "event-actor", target: "event-target" };
-const TIMES = { since: "event-since", until: "event-until" };
+const table = new PagedTable("events", {
+  path: "/v1/audit/events", row: eventRow, empty: "No events.",
+  fields: { action: "event-action", actor: "event-actor", target: "event-target" },
+  times: { since: "event-since", until: "event-until" },
+});
 
 function eventRow(event) {
   const row = el("tr", { attrs: { "data-event": String(event.id) } });
@@ -17,11 +19,6 @@ function eventRow(event) {
     el("pre", { text: `before: ${json(event.before)}\nafter: ${json(event.after)}` }));
   row.append(el("td", {}, changes));
   return row;
-}
-
-async function loadEvents() {
-  const page = await api(`/v1/audit/events?${table.query(FILTERS, TIMES)}`);
-  table.show(page.total, page.events.map(eventRow), "No events.");
 }
 
 async function askAccess() {
@@ -74,10 +71,10 @@ export function checkCitationAccess(principal, documentId, askedAt) {
 }
 
 export async function setupEvents() {
-  table.mount(loadEvents, byId("event-filter"));
+  table.mount(byId("event-filter"));
   byId("access-form").addEventListener("submit", (event) => {
     event.preventDefault();
     guarded(/** @type {HTMLFormElement} */ (event.currentTarget).querySelector("button"), askAccess);
   });
-  await loadEvents();
+  await table.load();
 }

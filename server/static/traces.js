@@ -6,9 +6,11 @@ import { PagedTable } from "./pager.js";
 import { stepSubstance } from "./substance.js";
 import { treeNodeLabel } from "./tree.js";
 
-const table = new PagedTable("traces");
-const FILTERS = { user: "filter-user", pipeline: "filter-pipeline", status: "filter-status", text: "filter-text" };
-const TIMES = { since: "filter-since", until: "filter-until" };
+const table = new PagedTable("traces", {
+  path: "/v1/traces", row: traceRow, empty: "No traces.",
+  fields: { user: "filter-user", pipeline: "filter-pipeline", status: "filter-status", text: "filter-text" },
+  times: { since: "filter-since", until: "filter-until" },
+});
 
 function traceRow(trace) {
   const button = el("button", { text: "Open", attrs: { type: "button" } });
@@ -19,11 +21,6 @@ function traceRow(trace) {
   }
   row.append(el("td", {}, button));
   return row;
-}
-
-async function loadTraces() {
-  const page = await api(`/v1/traces?${table.query(FILTERS, TIMES)}`);
-  table.show(page.total, page.traces.map(traceRow), "No traces.");
 }
 
 function field(list, name, text) {
@@ -169,8 +166,8 @@ async function verify() {
 }
 
 export async function setupTraces() {
-  table.mount(loadTraces, byId("trace-filter"));
+  table.mount(byId("trace-filter"));
   byId("verify-chain").addEventListener("click", (event) => guarded(event.currentTarget, verify));
-  await loadTraces();
+  await table.load();
   await setupEvents();
 }
