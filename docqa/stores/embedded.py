@@ -32,17 +32,18 @@ Usage:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import numpy as np
 from haystack import Document, default_from_dict, default_to_dict
@@ -103,12 +104,30 @@ _SCHEMA = (
 )
 _COLUMNS = "seq, id, content, meta, embedding, embedding_dtype, extra"
 
+_Store = TypeVar("_Store")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
 
 class EmbeddingSpaceMismatchError(DocumentStoreError, DocqaError):
     """The store holds embeddings of another model or backend than the one configured."""
 
     code = "embedding_space_mismatch"
     http_status = 409
+
+
+def _in_thread(method: Callable[Concatenate[_Store, _P], _R]) -> Callable[Concatenate[_Store, _P], Awaitable[_R]]:
+    """The async variant of a store method: the same call (looked up on the store, like `self.method`) in a
+    worker thread, with the method's signature and docstring."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def in_thread(self: _Store, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await asyncio.to_thread(getattr(self, name), *args, **kwargs)
+
+    in_thread.__name__ = f"{name}_async"
+    in_thread.__qualname__ = f"{method.__qualname__}_async"
+    return in_thread
 
 
 class EmbeddedDocumentStore:
@@ -572,39 +591,13 @@ class EmbeddedDocumentStore:
 
     # ---- async variants (SQLite and numpy release the GIL; a thread is enough) -----------------------------
 
-    async def count_documents_async(self) -> int:
-        return await asyncio.to_thread(self.count_documents)
-
-    async def filter_documents_async(self, filters: dict[str, Any] | None = None) -> list[Document]:
-        return await asyncio.to_thread(self.filter_documents, filters)
-
-    async def write_documents_async(
-        self, documents: list[Document], policy: DuplicatePolicy = DuplicatePolicy.NONE
-    ) -> int:
-        return await asyncio.to_thread(self.write_documents, documents, policy)
-
-    async def delete_documents_async(self, document_ids: list[str]) -> None:
-        await asyncio.to_thread(self.delete_documents, document_ids)
-
-    async def delete_all_documents_async(self) -> None:
-        await asyncio.to_thread(self.delete_all_documents)
-
-    async def bm25_retrieval_async(
-        self, query: str, filters: dict[str, Any] | None = None, top_k: int = 10, scale_score: bool = False
-    ) -> list[Document]:
-        return await asyncio.to_thread(self.bm25_retrieval, query, filters, top_k, scale_score)
-
-    async def embedding_retrieval_async(
-        self,
-        query_embedding: list[float],
-        filters: dict[str, Any] | None = None,
-        top_k: int = 10,
-        scale_score: bool = False,
-        return_embedding: bool = False,
-    ) -> list[Document]:
-        return await asyncio.to_thread(
-            self.embedding_retrieval, query_embedding, filters, top_k, scale_score, return_embedding
-        )
+    count_documents_async = _in_thread(count_documents)
+    filter_documents_async = _in_thread(filter_documents)
+    write_documents_async = _in_thread(write_documents)
+    delete_documents_async = _in_thread(delete_documents)
+    delete_all_documents_async = _in_thread(delete_all_documents)
+    bm25_retrieval_async = _in_thread(bm25_retrieval)
+    embedding_retrieval_async = _in_thread(embedding_retrieval)
 
     # ---- helpers -------------------------------------------------------------------------------------------
 
