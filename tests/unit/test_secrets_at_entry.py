@@ -40,43 +40,55 @@ def assert_clean(text: str, *secrets: str) -> None:
 
 
 class TestMaskSecrets:
-    @pytest.mark.parametrize("secret", [
-        "dq_0123456789abcdef_s3cr3t-Secret_value",
-        AWS_KEY_ID,
-        "ASIAY34FZKBOKMUTVV7A",
-        "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
-        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
-        "xoxb-1234567890-abcdefghij",
-        "AIzaSyD-1234567890abcdefghijklmnopqrstu",
-        "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
-        "sk-proj-abcdefghijklmnop1234",
-        JWT,
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
-    ])
+    @pytest.mark.parametrize(
+        "secret",
+        [
+            "dq_0123456789abcdef_s3cr3t-Secret_value",
+            AWS_KEY_ID,
+            "ASIAY34FZKBOKMUTVV7A",
+            "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+            "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+            "xoxb-1234567890-abcdefghij",
+            "AIzaSyD-1234567890abcdefghijklmnopqrstu",
+            "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+            "sk-proj-abcdefghijklmnop1234",
+            JWT,
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+        ],
+    )
     def test_credential_shapes_are_masked(self, secret):
         masked = mask_secrets(f"Why is {secret} refused by the gateway?", Settings())
         assert masked == f"Why is {MASK} refused by the gateway?"
 
-    @pytest.mark.parametrize(("question", "expected"), [
-        ("curl -H 'Authorization: Bearer abcdef1234567890xyz'", f"curl -H 'Authorization: Bearer {MASK}'"),
-        (f"aws_secret_access_key = {AWS_SECRET} fails", f"aws_secret_access_key = {MASK} fails"),
-        ("my password=Hunter2024! is refused", f"my password={MASK} is refused"),
-        ("post to https://hooks.slack.com/services/T000/B000/XXXXXXXX", "post to https://hooks.slack.com/services/***"),
-    ])
+    @pytest.mark.parametrize(
+        ("question", "expected"),
+        [
+            ("curl -H 'Authorization: Bearer abcdef1234567890xyz'", f"curl -H 'Authorization: Bearer {MASK}'"),
+            (f"aws_secret_access_key = {AWS_SECRET} fails", f"aws_secret_access_key = {MASK} fails"),
+            ("my password=Hunter2024! is refused", f"my password={MASK} is refused"),
+            (
+                "post to https://hooks.slack.com/services/T000/B000/XXXXXXXX",
+                "post to https://hooks.slack.com/services/***",
+            ),
+        ],
+    )
     def test_the_name_in_front_of_a_masked_value_stays(self, question, expected):
         assert mask_secrets(question, Settings()) == expected
 
-    @pytest.mark.parametrize("question", [
-        "What are the basic principles of the travel policy?",
-        "Is a bearer bond negotiable under the 2024 rules?",
-        "Which sk-learn-compatible estimators does the team use?",
-        "Was the 2024 budget 1234567890123456 euros or less?",
-        "What does the AKIA prefix of an AWS key mean?",
-        "The password policy says: minimum length 12. Is that still true?",
-        "How often is the api_key rotated?",
-        "What does token: mean in the log format?",
-        "Explain JWT eyJ headers and the dq_ratio metric.",
-    ])
+    @pytest.mark.parametrize(
+        "question",
+        [
+            "What are the basic principles of the travel policy?",
+            "Is a bearer bond negotiable under the 2024 rules?",
+            "Which sk-learn-compatible estimators does the team use?",
+            "Was the 2024 budget 1234567890123456 euros or less?",
+            "What does the AKIA prefix of an AWS key mean?",
+            "The password policy says: minimum length 12. Is that still true?",
+            "How often is the api_key rotated?",
+            "What does token: mean in the log format?",
+            "Explain JWT eyJ headers and the dq_ratio metric.",
+        ],
+    )
     def test_ordinary_questions_are_left_alone(self, question):
         assert mask_secrets(question, Settings()) == question
 
@@ -89,10 +101,12 @@ class TestMaskSecrets:
         monkeypatch.setenv("DOCQA_SECRET_PATTERNS", json.dumps([r"\bcorp-[0-9a-f]{12}\b", r"EMP\d{6}"]))
         settings = Settings()
         assert mask_secrets("corp-0123456789ab for EMP123456, not corp-xyz", settings) == (
-            f"{MASK} for {MASK}, not corp-xyz")
+            f"{MASK} for {MASK}, not corp-xyz"
+        )
 
-    @pytest.mark.parametrize(("pattern", "reason"), [("corp-(", "not a regular expression"),
-                                                     ("x*", "matches the empty string")])
+    @pytest.mark.parametrize(
+        ("pattern", "reason"), [("corp-(", "not a regular expression"), ("x*", "matches the empty string")]
+    )
     def test_unusable_operator_patterns_are_refused_at_load(self, pattern, reason):
         with pytest.raises(ValidationError, match=reason):
             Settings(secret_patterns=[pattern])
@@ -120,8 +134,11 @@ class TestHttpEntries:
     def test_query_steps_and_trace_hold_the_question_masked(self, served, llm):
         client, keys = served
         key = keys["bob"]
-        response = client.post("/v1/query", headers=auth(keys["alice"]), json={
-            "question": f"Is my key {key} (and {AWS_KEY_ID}) still valid?", "pipeline": "no_retrieval"})
+        response = client.post(
+            "/v1/query",
+            headers=auth(keys["alice"]),
+            json={"question": f"Is my key {key} (and {AWS_KEY_ID}) still valid?", "pipeline": "no_retrieval"},
+        )
         assert response.status_code == 200, response.text
         assert_clean(prompts(llm), secret_of(key), AWS_KEY_ID)
         assert_clean(response.text, secret_of(key), AWS_KEY_ID)
@@ -132,8 +149,11 @@ class TestHttpEntries:
 
     def test_streamed_steps_hold_the_question_masked(self, served, llm):
         client, keys = served
-        response = client.post("/v1/query", headers=auth(keys["alice"]), json={
-            "question": f"Does {JWT} still work?", "pipeline": "no_retrieval", "stream": True})
+        response = client.post(
+            "/v1/query",
+            headers=auth(keys["alice"]),
+            json={"question": f"Does {JWT} still work?", "pipeline": "no_retrieval", "stream": True},
+        )
         assert response.status_code == 200 and "event: result" in response.text
         assert_clean(response.text, JWT.split(".")[2])
         assert_clean(prompts(llm), JWT.split(".")[2])
@@ -141,21 +161,35 @@ class TestHttpEntries:
     def test_a_conversation_stores_title_and_turns_masked(self, served, llm):
         client, keys = served
         key = keys["bob"]
-        first = client.post("/v1/query", headers=auth(keys["alice"]), json={
-            "question": f"Where is Halcyon registered? My key is {key}", "pipeline": "no_retrieval",
-            "conversation_id": "new"})
+        first = client.post(
+            "/v1/query",
+            headers=auth(keys["alice"]),
+            json={
+                "question": f"Where is Halcyon registered? My key is {key}",
+                "pipeline": "no_retrieval",
+                "conversation_id": "new",
+            },
+        )
         assert first.status_code == 200, first.text
         conversation_id = first.json()["conversation_id"]
-        follow_up = client.post("/v1/query", headers=auth(keys["alice"]), json={
-            "question": f"and when was it founded? {AWS_KEY_ID}", "pipeline": "no_retrieval",
-            "conversation_id": conversation_id})
+        follow_up = client.post(
+            "/v1/query",
+            headers=auth(keys["alice"]),
+            json={
+                "question": f"and when was it founded? {AWS_KEY_ID}",
+                "pipeline": "no_retrieval",
+                "conversation_id": conversation_id,
+            },
+        )
         assert follow_up.status_code == 200, follow_up.text
         assert_clean(prompts(llm), secret_of(key), AWS_KEY_ID)
 
         stored = client.get(f"/v1/conversations/{conversation_id}", headers=auth(keys["alice"])).json()
         assert stored["title"] == f"Where is Halcyon registered? My key is {MASK}"
         assert [turn["question"] for turn in stored["turns"]] == [
-            f"Where is Halcyon registered? My key is {MASK}", f"and when was it founded? {MASK}"]
+            f"Where is Halcyon registered? My key is {MASK}",
+            f"and when was it founded? {MASK}",
+        ]
         assert_clean(json.dumps(stored), secret_of(key), AWS_KEY_ID)
         listed = client.get("/v1/conversations", headers=auth(keys["alice"])).text
         assert_clean(listed, secret_of(key))
@@ -163,12 +197,19 @@ class TestHttpEntries:
     def test_every_user_turn_of_an_openai_chat_is_masked(self, served, llm):
         client, keys = served
         key = keys["bob"]
-        response = client.post("/v1/chat/completions", headers=auth(keys["alice"]), json={
-            "model": "no_retrieval", "conversation_id": "new", "messages": [
-                {"role": "user", "content": f"Where is Halcyon registered? key {key}"},
-                {"role": "assistant", "content": "In Oslo."},
-                {"role": "user", "content": [{"type": "text", "text": f"and when was it founded? {AWS_KEY_ID}"}]},
-            ]})
+        response = client.post(
+            "/v1/chat/completions",
+            headers=auth(keys["alice"]),
+            json={
+                "model": "no_retrieval",
+                "conversation_id": "new",
+                "messages": [
+                    {"role": "user", "content": f"Where is Halcyon registered? key {key}"},
+                    {"role": "assistant", "content": "In Oslo."},
+                    {"role": "user", "content": [{"type": "text", "text": f"and when was it founded? {AWS_KEY_ID}"}]},
+                ],
+            },
+        )
         assert response.status_code == 200, response.text
         assert_clean(prompts(llm), AWS_KEY_ID)
         assert_clean(response.text, AWS_KEY_ID, secret_of(key))
@@ -181,11 +222,17 @@ class TestHttpEntries:
     def test_earlier_turns_of_an_openai_chat_are_masked_before_the_rewrite(self, served, llm):
         client, keys = served
         # Unmasked, the key would be the subject the follow-up's "it" is rewritten to, and so reach the model.
-        response = client.post("/v1/chat/completions", headers=auth(keys["alice"]), json={
-            "model": "no_retrieval", "messages": [
-                {"role": "user", "content": f"Who owns {AWS_KEY_ID}?"},
-                {"role": "user", "content": "and when was it created?"},
-            ]})
+        response = client.post(
+            "/v1/chat/completions",
+            headers=auth(keys["alice"]),
+            json={
+                "model": "no_retrieval",
+                "messages": [
+                    {"role": "user", "content": f"Who owns {AWS_KEY_ID}?"},
+                    {"role": "user", "content": "and when was it created?"},
+                ],
+            },
+        )
         assert response.status_code == 200, response.text
         assert response.json()["docqa"]["question"] == f"When was it created? (regarding: Who owns {MASK})"
         assert_clean(prompts(llm), AWS_KEY_ID)
@@ -196,11 +243,29 @@ class TestCommandLineEntries:
         calls_log = tmp_path / "llm_calls.jsonl"
         key = "dq_0123456789abcdef_s3cr3t-Secret_value"
         with scripted_openai_server(mode="echo", answer="Noted.", calls_log=str(calls_log)) as base_url:
-            env = {**os.environ, "DOCQA_DATA_DIR": str(tmp_path / "data"), "DOCQA_LLM_BASE_URL": base_url,
-                   "DOCQA_LLM_MODEL": "scripted", "DOCQA_LLM_MAX_RETRIES": "0"}
+            env = {
+                **os.environ,
+                "DOCQA_DATA_DIR": str(tmp_path / "data"),
+                "DOCQA_LLM_BASE_URL": base_url,
+                "DOCQA_LLM_MODEL": "scripted",
+                "DOCQA_LLM_MAX_RETRIES": "0",
+            }
             proc = subprocess.run(
-                [sys.executable, "-m", "docqa.cli", "ask", f"Is {key} or {AWS_KEY_ID} valid?", "--pipeline",
-                 "no_retrieval", "--json"], capture_output=True, text=True, env=env, timeout=120)
+                [
+                    sys.executable,
+                    "-m",
+                    "docqa.cli",
+                    "ask",
+                    f"Is {key} or {AWS_KEY_ID} valid?",
+                    "--pipeline",
+                    "no_retrieval",
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+            )
         assert proc.returncode == 0, proc.stderr
         sent = calls_log.read_text()
         assert sent.strip() and f"Is {MASK} or {MASK} valid?" in sent
@@ -211,7 +276,13 @@ class TestCommandLineEntries:
         settings = Settings(data_dir=tmp_path / "data")
         runtime = Runtime(settings, chat_generator_factory=lambda _role: llm)
         question = EvalQuestion("k1", f"Is {AWS_KEY_ID} the deploy key?", ("no",))
-        [record] = run_evaluation(runtime, [question], ["no_retrieval"], tmp_path / "run",
-                                  scope=AccessScope("acme", frozenset({"alice"})), progress=False)
+        [record] = run_evaluation(
+            runtime,
+            [question],
+            ["no_retrieval"],
+            tmp_path / "run",
+            scope=AccessScope("acme", frozenset({"alice"})),
+            progress=False,
+        )
         assert record.error is None and record.question == f"Is {MASK} the deploy key?"
         assert_clean(prompts(llm) + Path(tmp_path / "run" / RESULTS_FILE).read_text(), AWS_KEY_ID)
