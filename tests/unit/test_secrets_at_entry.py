@@ -27,6 +27,8 @@ from tests.support.server_app import auth, build_test_app
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiI0MiJ9.m2QYMJ7VuNl5RTlCq9iZ7yqGOB3WAt3T2sT1Yx1fKnE"
+# The MCP protocol version the in-process /mcp endpoint is called with.
+MCP_VERSION = "2026-07-28"
 
 
 def secret_of(key: str) -> str:
@@ -236,6 +238,45 @@ class TestHttpEntries:
         assert response.status_code == 200, response.text
         assert response.json()["docqa"]["question"] == f"When was it created? (regarding: Who owns {MASK})"
         assert_clean(prompts(llm), AWS_KEY_ID)
+
+    def test_an_mcp_ask_holds_the_question_masked(self, served, llm):
+        client, keys = served
+        key = keys["bob"]
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": MCP_VERSION,
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        }
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "ask",
+                "_meta": meta,
+                "arguments": {
+                    "question": f"Is my key {key} (and {AWS_KEY_ID}) still valid?",
+                    "strategy": "no_retrieval",
+                },
+            },
+        }
+        response = client.post(
+            "/mcp",
+            json=call,
+            headers={
+                **auth(keys["alice"]),
+                "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": MCP_VERSION,
+                "Mcp-Method": "tools/call",
+                "Mcp-Name": "ask",
+            },
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["result"].get("isError") is not True, response.text
+        assert_clean(prompts(llm), secret_of(key), AWS_KEY_ID)
+        assert_clean(response.text, secret_of(key), AWS_KEY_ID)
+        traces = client.get("/v1/traces", headers=auth(keys["audrey"])).json()["traces"]
+        assert traces[0]["question"] == f"Is my key {MASK} (and {MASK}) still valid?"
 
 
 class TestCommandLineEntries:
