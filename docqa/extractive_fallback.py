@@ -7,6 +7,10 @@ result carries the top sentences of those passages by BM25 overlap with the ques
 says plainly that they are extracted rather than generated (`PipelineResult.answer_source == "extracted"` and
 `answer_note`).
 
+A table row (a spreadsheet's or CSV's chunk is a Markdown table under its header) is quoted as one statement with
+its column names, "Order: 125005; Customer: Customer 17; Amount: 6556.75", so an exact-value question about a sheet
+still gets the row that answers it.
+
 The passages come from the run itself: the step tracer hands every component output to `note_passages`, which
 keeps the documents the run retrieved (already filtered by the caller's access scope) for `finish` to read. Not
 `Pipeline.run(include_outputs_from=...)`: it keeps a looping component's last visit only, and the fallback quotes
@@ -73,6 +77,8 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
 _QUESTION_LABEL = re.compile(r"^\s*question\s*:\s*", re.IGNORECASE)
 _MARKUP_LINE = re.compile(r"^\s*(#{1,6}\s|[-*+]\s|\d+[.)]\s|>\s?|\|)")
+_TABLE_RULE = re.compile(r"^\|(?:\s*:?-{3,}:?\s*\|)+$")
+_CELL_EDGE = re.compile(r"(?<!\\)\|")
 
 _passages: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -149,7 +155,8 @@ class Extraction:
 
 def extract_answer(question: str, passages: Sequence[Any], max_sentences: int = MAX_SENTENCES) -> Extraction:
     """The passages' sentences that best match the question (BM25 over sentences), at most `max_sentences`."""
-    candidates = [(sentence, doc) for doc in passages for sentence in split_sentences(_body(doc))]
+    candidates = [(sentence, doc) for doc in passages
+                  for sentence in [*split_sentences(_body(doc)), *table_rows(doc.content or "")]]
     query = set(_terms(question))
     if not candidates or not query:
         return Extraction("", [], [])
@@ -200,6 +207,34 @@ def split_sentences(text: str) -> list[str]:
             if len(_terms(sentence)) >= 3:
                 sentences.append(sentence[:MAX_SENTENCE_CHARS])
     return sentences
+
+
+def table_rows(text: str) -> list[str]:
+    """The rows of the Markdown tables in a passage, each as "Column: value; ..." (empty cells left out).
+
+    `split_sentences` drops table lines: a row alone is a list of values, and only its header says what they are.
+    """
+    rows: list[str] = []
+    header: list[str] | None = None
+    previous: str | None = None
+    for line in (raw.strip() for raw in text.splitlines()):
+        if not line.startswith("|"):
+            header = previous = None
+            continue
+        if _TABLE_RULE.match(line) and previous is not None:
+            header = _cells(previous)
+        elif header is not None:
+            pairs = [f"{name}: {value}" if name else value
+                     for name, value in zip(header, _cells(line), strict=False) if value]
+            if pairs:
+                rows.append("; ".join(pairs)[:MAX_SENTENCE_CHARS])
+        previous = line
+    return rows
+
+
+def _cells(line: str) -> list[str]:
+    inner = line.strip().removeprefix("|").removesuffix("|")
+    return [cell.strip().replace("\\|", "|") for cell in _CELL_EDGE.split(inner)]
 
 
 def _terms(text: str) -> list[str]:

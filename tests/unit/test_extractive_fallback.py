@@ -10,7 +10,7 @@ from docqa.components.cited_answer_generator import CitedAnswerGenerator
 from docqa.components.hybrid_retriever import HybridRetriever
 from docqa.components.prompt_templates import load_prompt
 from docqa.components.store_retrievers import build_retrievers
-from docqa.extractive_fallback import extract_answer, split_sentences, unusable_reason
+from docqa.extractive_fallback import extract_answer, split_sentences, table_rows, unusable_reason
 from docqa.pipelines.baselines import StandardRAGPipeline
 from docqa.result import Step
 from docqa.settings import Settings
@@ -82,6 +82,21 @@ class TestPipelines:
         assert (result.answer, result.answer_source, result.answer_note) == ("Within 30 days [1].", "model", None)
         assert "fallback" not in {s.kind for s in result.steps}
 
+    def test_a_wrong_value_about_a_sheet_row_gives_that_row_with_its_column_names(self, tmp_path):
+        store = build_document_store(Settings(data_dir=tmp_path))
+        rows = "\n".join(f"| {125000 + i} | North | {100 + i}.25 |" for i in range(9))
+        sheet = Document(id="orders", content=f"Sheet: Orders\n| Order | Region | Amount |\n|---|---|---|\n{rows}",
+                         meta={"tenant": "acme", "access": ["everyone"], "source": "orders.xlsx",
+                               "sheet": "Orders", "row_start": 2, "row_end": 10, "location": "sheet Orders, rows 2-10"})
+        store.write_documents(HashDocumentEmbedder().run(documents=[sheet])["documents"])
+        llm = ScriptedChatGenerator(default="The amount of order 125005 is 6556.75 [1].")
+
+        result = _standard(store, llm).run("What is the Amount of Order 125005?", ALICE)
+
+        assert result.answer_source == "extracted" and result.steps[-1].outputs["reason"] == "unsupported_number"
+        assert result.answer == "Order: 125005; Region: North; Amount: 105.25 [1]"
+        assert result.citations[0].location == "sheet Orders, rows 2-10"
+
     def test_nothing_matching_says_so_and_cites_nothing(self, store):
         result = _standard(store, ScriptedChatGenerator(default="")).run("Quantum chromodynamics lattice?", ALICE)
         assert result.answer == "" and result.citations == [] and result.answer_source == "none"
@@ -136,6 +151,20 @@ class TestExtraction:
         doc = Document(id="p", content="Travel and expense policy Employees submit expense reports within 30 days.",
                        meta={"title": "Travel and expense policy"})
         assert extract_answer(QUESTION, [doc]).text == "Employees submit expense reports within 30 days. [1]"
+
+    def test_table_rows_are_statements_with_their_column_names(self):
+        text = ("Sheet: Stock\n| Item | Note | Count |\n|:---|---|---:|\n| bolt | a \\| b | 4 |\n| nut |  | 7 |\n\n"
+                "| not a table row without a rule |\nPlain text line.")
+        assert table_rows(text) == ["Item: bolt; Note: a | b; Count: 4", "Item: nut; Count: 7"]
+        assert split_sentences(text) == ["Plain text line."]  # rows are never quoted bare, without their header
+
+    def test_the_row_with_the_asked_key_is_the_one_quoted(self):
+        rows = "\n".join(f"| {125000 + i} | Customer {i} | {1000 + i}.50 |" for i in range(9))
+        doc = Document(id="s", content=f"Sheet: Orders\n| Order | Customer | Amount |\n|---|---|---|\n{rows}")
+        prose = Document(id="p", content="Every order has an amount in euros, shown on the invoice.")
+        extraction = extract_answer("What is the Amount of Order 125007?", [prose, doc])
+        assert extraction.text == "Order: 125007; Customer: Customer 7; Amount: 1007.50 [1]"
+        assert [d.id for d in extraction.documents] == ["s"]
 
     def test_duplicate_sentences_of_overlapping_chunks_appear_once(self):
         docs = [Document(id="a", content=POLICY), Document(id="b", content=POLICY)]
