@@ -4,11 +4,7 @@ import { api } from "./api.js";
 import { byId, clear, el, guarded, inputValue, json } from "./dom.js";
 import { PagedTable } from "./pager.js";
 
-const table = new PagedTable("events", {
-  path: "/v1/audit/events", row: eventRow, empty: "No events.",
-  fields: { action: "event-action", actor: "event-actor", target: "event-target" },
-  times: { since: "event-since", until: "event-until" },
-});
+const table = new PagedTable("events", { path: "/v1/audit/events", row: eventRow, empty: "No events." });
 
 function eventRow(event) {
   const row = el("tr", { attrs: { "data-event": String(event.id) } });

@@ -1,35 +1,28 @@
 // The paged tables (documents, traces, events): one way to ask for a page, show it and move between pages.
 import { api } from "./api.js";
-import { byId, el, guarded, inputValue } from "./dom.js";
+import { byId, el, guarded } from "./dom.js";
 
 export const PAGE = 50;
 
 /**
  * The table `#${name}`, filled from the `name` list of the pages of `path`, and its pager row `#${name}-pager`
- * (Previous, where the page is, Next).
+ * (Previous, where the page is, Next). Each named input of the filter form is the query parameter of its name.
  *
  * Usage:
- *   const table = new PagedTable("events", {
- *     path: "/v1/audit/events", row: eventRow, empty: "No events.",
- *     fields: { actor: "event-actor" }, times: { since: "event-since" },
- *   });
+ *   const table = new PagedTable("events", { path: "/v1/audit/events", row: eventRow, empty: "No events." });
  *   table.mount(byId("event-filter"));
  *   await table.load();
  */
 export class PagedTable {
   /**
    * @param {string} name
-   * @param {object} how
-   * @param {string} how.path the API path of the list
-   * @param {(item: any) => HTMLElement} how.row the table row of one item
-   * @param {string} how.empty the muted line of an empty page
-   * @param {Record<string, string>} [how.fields] query parameter -> id of its filter input (text or select)
-   * @param {Record<string, string>} [how.times] query parameter -> id of its datetime-local filter input (the
-   *   browser's local time; the API wants an explicit zone, so it is sent as UTC)
+   * @param {{path: string, row: (item: any) => HTMLElement, empty: string}} how the list's API path, the table
+   *   row of one item, and the muted line of an empty page
    */
-  constructor(name, { path, row, empty, fields = {}, times = {} }) {
-    Object.assign(this, { name, path, row, empty, fields, times });
+  constructor(name, { path, row, empty }) {
+    Object.assign(this, { name, path, row, empty });
     this.offset = 0;
+    this.filter = null;
   }
 
   /**
@@ -39,6 +32,7 @@ export class PagedTable {
    * @param {HTMLElement} [filter]
    */
   mount(filter) {
+    this.filter = filter ?? null;
     const button = (text) => /** @type {HTMLButtonElement} */ (el("button", { text, attrs: { type: "button" } }));
     this.prev = button("Previous");
     this.position = el("span", { className: "muted" });
@@ -62,11 +56,10 @@ export class PagedTable {
   /** Fetch the current page (with every filled filter input) and show it. */
   async load() {
     const params = new URLSearchParams({ limit: String(PAGE), offset: String(this.offset) });
-    for (const [name, id] of Object.entries(this.fields)) {
-      if (inputValue(id)) params.set(name, inputValue(id));
-    }
-    for (const [name, id] of Object.entries(this.times)) {
-      if (inputValue(id)) params.set(name, new Date(inputValue(id)).toISOString());
+    for (const input of this.filter ? this.filter.querySelectorAll("input[name], select[name]") : []) {
+      const value = /** @type {HTMLInputElement} */ (input).value.trim();
+      // datetime-local is the browser's local time; the API wants an explicit zone.
+      if (value) params.set(input.name, input.type === "datetime-local" ? new Date(value).toISOString() : value);
     }
     const page = await api(`${this.path}?${params.toString()}`);
     const table = byId(this.name);

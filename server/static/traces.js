@@ -6,11 +6,7 @@ import { PagedTable } from "./pager.js";
 import { stepSubstance } from "./substance.js";
 import { treeNodeLabel } from "./tree.js";
 
-const table = new PagedTable("traces", {
-  path: "/v1/traces", row: traceRow, empty: "No traces.",
-  fields: { user: "filter-user", pipeline: "filter-pipeline", status: "filter-status", text: "filter-text" },
-  times: { since: "filter-since", until: "filter-until" },
-});
+const table = new PagedTable("traces", { path: "/v1/traces", row: traceRow, empty: "No traces." });
 
 function traceRow(trace) {
   const button = el("button", { text: "Open", attrs: { type: "button" } });
