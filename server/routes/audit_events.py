@@ -5,12 +5,13 @@ principal read this document then?". Auditors see their own tenant's events only
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
+from sqlalchemy.orm import Session
 
 from docqa.audit.access import replay_access
 from docqa.audit.event_queries import EventFilter, export_event_lines, iter_events, list_events
@@ -20,8 +21,7 @@ from docqa.audit.tenant_numbering import tenant_proof
 from docqa.audit.timestamps import UtcTime, ZonedUtcTime
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES
 from docqa.server.auth import AuditorCaller, ContextDep
-from docqa.server.context import ServerContext
-from docqa.server.routes.audit_paging import AuditPage, PageLimit, PageOffset
+from docqa.server.routes.audit_paging import EXPORT_RESPONSES, AuditPage, PageLimit, PageOffset, json_lines
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"], responses=COMMON_ERROR_RESPONSES)
 
@@ -63,7 +63,7 @@ def get_events(
 
 
 @router.get("/events/export", summary="Export the tenant's events as JSON Lines (chain proofs, or OCSF/ECS for a SIEM)",
-            responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}}})
+            responses=EXPORT_RESPONSES)
 def export_events(
     caller: AuditorCaller,
     context: ContextDep,
@@ -72,18 +72,16 @@ def export_events(
     until: UtcTime | None = None,
 ) -> StreamingResponse:
     where = EventFilter(tenant=caller.tenant, since=since, until=until)
-    return StreamingResponse(_export(context, where, format), media_type="application/x-ndjson")
+    if format == "jsonl":
+        return json_lines(context, lambda session: export_event_lines(session, where))
+    render = ocsf_record if format == "ocsf" else ecs_record
+    return json_lines(context, lambda session: _siem_lines(session, where, render))
 
 
-def _export(context: ServerContext, where: EventFilter, format: str) -> Iterator[bytes]:
-    with context.sessions() as session:
-        if format == "jsonl":
-            yield from export_event_lines(session, where)
-            return
-        render = ocsf_record if format == "ocsf" else ecs_record
-        for row in iter_events(session, where):
-            record = render(row, proof=tenant_proof(row))
-            yield json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
+def _siem_lines(session: Session, where: EventFilter, render: Callable[..., dict[str, Any]]) -> Iterator[bytes]:
+    for row in iter_events(session, where):
+        record = render(row, proof=tenant_proof(row))
+        yield json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
 @router.get("/access", response_model=AccessOut,

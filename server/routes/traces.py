@@ -5,7 +5,6 @@ Auditors see their own tenant only; a trace of another tenant is a 404.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -18,8 +17,7 @@ from docqa.audit.timestamps import UtcTime
 from docqa.audit.verify import verify_for_tenant
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, NotFound
 from docqa.server.auth import AuditorCaller, ContextDep
-from docqa.server.context import ServerContext
-from docqa.server.routes.audit_paging import AuditPage, PageLimit, PageOffset
+from docqa.server.routes.audit_paging import EXPORT_RESPONSES, AuditPage, PageLimit, PageOffset, json_lines
 from docqa.server.trace_queries import TraceFilter, export_lines, list_traces, read_trace
 
 router = APIRouter(prefix="/v1/traces", tags=["audit"], responses=COMMON_ERROR_RESPONSES)
@@ -69,8 +67,7 @@ def get_traces(
     return TracePage(total=total, limit=limit, offset=offset, traces=traces)
 
 
-@router.get("/export", summary="Export traces with chain proofs as JSON Lines",
-            responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}}})
+@router.get("/export", summary="Export traces with chain proofs as JSON Lines", responses=EXPORT_RESPONSES)
 def export_traces(
     caller: AuditorCaller,
     context: ContextDep,
@@ -78,12 +75,7 @@ def export_traces(
     until: UtcTime | None = None,
 ) -> StreamingResponse:
     where = _filter(caller.tenant, None, None, None, since, until, None)
-    return StreamingResponse(_export(context, where), media_type="application/x-ndjson")
-
-
-def _export(context: ServerContext, where: TraceFilter) -> Iterator[bytes]:
-    with context.sessions() as session:
-        yield from export_lines(session, where)
+    return json_lines(context, lambda session: export_lines(session, where))
 
 
 @router.post("/verify", response_model=VerifyOut, summary="Recompute the hash chain; report on the tenant's traces")
