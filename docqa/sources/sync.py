@@ -128,6 +128,7 @@ class _Run:
         self.report = report
         # Items this run settled from an earlier run's queue: counted once, not again as unchanged.
         self.settled: set[str] = set()
+        self.failed_keys: set[str] = set()
 
     @property
     def runtime(self) -> Any:
@@ -149,6 +150,14 @@ class _Run:
         return f"{self.source.name}:{key}"
 
     def fail(self, key: str, reason: str) -> None:
+        """Count `key` as failed, once per run: an item a killed run left failed on the queue is settled as failed
+        and then tried again by the listing, and a second failure only updates its reason."""
+        if key in self.failed_keys:
+            for failure in self.report.failures:
+                if failure["key"] == key:
+                    failure["reason"] = reason
+            return
+        self.failed_keys.add(key)
         self.report.failed += 1
         if len(self.report.failures) < 100:
             self.report.failures.append({"key": key, "reason": reason})
