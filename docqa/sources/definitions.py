@@ -179,6 +179,11 @@ def get_source(session: Session, tenant: str, name: str) -> SyncSource:
     return row
 
 
+# The entries whose document docqa holds: a file that failed every time it was read (or is still on the queue
+# for the first time) has no stored copy, and is not counted among the source's documents.
+_HELD = SourceEntry.fingerprint.is_not(None)
+
+
 def list_sources(settings: Settings, tenant: str | None = None) -> list[dict[str, Any]]:
     """Every source (of one tenant, or all), with its last run and its document count."""
     from sqlalchemy import func
@@ -189,7 +194,7 @@ def list_sources(settings: Settings, tenant: str | None = None) -> list[dict[str
             query = query.where(SyncSource.tenant == tenant)
         rows = session.scalars(query).all()
         counts = dict(session.execute(
-            select(SourceEntry.source_pk, func.count()).group_by(SourceEntry.source_pk)).all())
+            select(SourceEntry.source_pk, func.count()).where(_HELD).group_by(SourceEntry.source_pk)).all())
         return [source_view(row, entries=counts.get(row.id, 0)) for row in rows]
 
 
@@ -198,7 +203,7 @@ def source_status(settings: Settings, tenant: str, name: str) -> dict[str, Any]:
 
     with job_sessions(settings)() as session:
         row = get_source(session, tenant, name)
-        entries = session.scalar(select(func.count()).where(SourceEntry.source_pk == row.id)) or 0
+        entries = session.scalar(select(func.count()).where(SourceEntry.source_pk == row.id, _HELD)) or 0
         failed = session.execute(
             select(SourceEntry.key, SourceEntry.reason)
             .where(SourceEntry.source_pk == row.id, SourceEntry.status == "failed")
