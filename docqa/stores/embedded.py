@@ -116,6 +116,14 @@ class EmbeddingSpaceMismatchError(DocumentStoreError, DocqaError):
     http_status = 409
 
 
+def _check_search(top_k: int, filters: dict[str, Any] | None) -> None:
+    """What both searches check before taking the lock: a positive `top_k`, and filters that compile."""
+    if top_k < 1:
+        raise ValueError("top_k must be at least 1")
+    if filters:
+        compile_filters(filters)
+
+
 def _in_thread(method: Callable[Concatenate[_Store, _P], _R]) -> Callable[Concatenate[_Store, _P], Awaitable[_R]]:
     """The async variant of a store method: the same call (looked up on the store, like `self.method`) in a
     worker thread, with the method's signature and docstring."""
@@ -550,10 +558,7 @@ class EmbeddedDocumentStore:
         """Top `top_k` documents by BM25 among those matching `filters`, with `score` set."""
         if not isinstance(query, str):
             raise ValueError("query must be a string")
-        if top_k < 1:
-            raise ValueError("top_k must be at least 1")
-        if filters:
-            compile_filters(filters)
+        _check_search(top_k, filters)
         with self._lock:
             hits = self._refresh().bm25(query, top_k=top_k, filters=filters or None, load_fields=self._load_fields)
             docs = self._scored(hits, return_embedding=False)
@@ -572,10 +577,7 @@ class EmbeddedDocumentStore:
         """Top `top_k` documents by embedding similarity among those matching `filters`, with `score` set."""
         if not query_embedding:
             raise ValueError("query_embedding must be a non-empty list of floats")
-        if top_k < 1:
-            raise ValueError("top_k must be at least 1")
-        if filters:
-            compile_filters(filters)
+        _check_search(top_k, filters)
         with self._lock:
             if self.embedding_space:
                 self._check_space(self._connection(), record=False)
