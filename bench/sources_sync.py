@@ -233,7 +233,7 @@ def watch_figures(settings: Settings, runtime: CountingRuntime, root: Path, file
         shown = _shown(before)
         print(f"  answer before the change ({attempt}): {time.perf_counter() - began:.1f} s, "
               f"{before.answer_source}, old text shown: {OLD_MARK in shown}, new text shown: "
-              f"{NEW_MARK in shown}; answer {before.answer[:100]!r}")
+              f"{NEW_MARK in shown}; answer {before.answer[:100]!r}; slowest steps {_slowest(before)}")
 
     synced.clear()
     (folder / "bikes.txt").write_text(NEW_FACT)
@@ -270,7 +270,7 @@ def watch_figures(settings: Settings, runtime: CountingRuntime, root: Path, file
     for began, ended, result in answers:
         print(f"  answer asked at +{began:.1f} s, done at +{ended:.1f} s: {result.answer_source}, reflects the "
               f"change: {_reflects(result)}; answer {result.answer[:100]!r}; cited "
-              f"{[c.source or c.document_id for c in result.citations]}")
+              f"{[c.source or c.document_id for c in result.citations]}; slowest steps {_slowest(result)}")
     last_began, last_ended, last = answers[-1]
     if _reflects(last):
         stale = [began for began, _, result in answers if not _reflects(result)]
@@ -281,6 +281,12 @@ def watch_figures(settings: Settings, runtime: CountingRuntime, root: Path, file
               f"{NEW_MARK in last.answer}, in a citation: {any(NEW_MARK in c.snippet for c in last.citations)}")
     else:
         print("watch: no answer reflected the change within 300 s")
+
+
+def _slowest(result: Any, count: int = 3) -> str:
+    """Where an answer's time went: its longest top-level steps."""
+    steps = sorted((step for step in result.steps if step.parent is None), key=lambda step: -step.duration_s)
+    return ", ".join(f"{step.name} {step.duration_s:.1f} s" for step in steps[:count])
 
 
 def _shown(result: Any) -> str:
