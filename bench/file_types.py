@@ -232,7 +232,7 @@ def ask_about_row(table: list[list[object]], runtime: Runtime, seed: int, column
                if isinstance(call, dict)]
     dropped = [verdict.get("reason") for step in result.steps if step.kind == "grounding"
                for verdict in step.outputs.get("verdicts", []) if verdict.get("verdict") == "dropped"]
-    print(f"End-to-end question (seed {seed}; sheet of {len(table) - 1} rows, {chunks} chunks, ingested in "
+    print(f"End-to-end question (seed {seed}; sheet of {len(table) - 1} rows, {chunks} chunks, this run's ingest "
           f"{ingest_seconds:.1f} s): {question!r}, sheet row {row}, expected {column} {value!r}")
     print(f"  the row's chunk at rank {rank} of the top {runtime.settings.top_k} retrieved")
     print(f"  model's reply: {' | '.join(' '.join(reply.split())[:300] for reply in replies)!r}; grounding "
