@@ -47,8 +47,13 @@ def ingest_record_bundle(
     except Exception as exc:  # a store or model error fails this bundle; the job goes on
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
         return ItemResult(source.source_id, source.label, "failed", reason=reason, code="record_failed")
-    return ItemResult(source.source_id, source.label, "written", chunks=counts["written"],
-                      chunk_ids=tuple(document.id for document in documents))
+    return ItemResult(
+        source.source_id,
+        source.label,
+        "written",
+        chunks=counts["written"],
+        chunk_ids=tuple(document.id for document in documents),
+    )
 
 
 def _parse(source: Source, tenant: str, access: Sequence[str]) -> list[Any]:

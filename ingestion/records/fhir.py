@@ -34,13 +34,20 @@ from docqa.ingestion.records.reference_ranges import ReferenceRange
 
 SOURCE_SYSTEM = "fhir"
 KEPT_RESOURCE_TYPES = (
-    "Observation", "Condition", "MedicationRequest", "Encounter", "Procedure", "Immunization",
-    "AllergyIntolerance", "CarePlan",
+    "Observation",
+    "Condition",
+    "MedicationRequest",
+    "Encounter",
+    "Procedure",
+    "Immunization",
+    "AllergyIntolerance",
+    "CarePlan",
 )
 
 
-def read_fhir_bundle(raw: bytes | str, *, name: str, tenant: str = "default",
-                     access: Sequence[str] = ("everyone",)) -> list[Document]:
+def read_fhir_bundle(
+    raw: bytes | str, *, name: str, tenant: str = "default", access: Sequence[str] = ("everyone",)
+) -> list[Document]:
     """Decode an uploaded bundle and parse it: the one set of checks of the synchronous endpoint and of jobs.
 
     :param raw: The uploaded bytes.
@@ -73,8 +80,13 @@ def _reject_constant(constant: str) -> Any:
     raise ValueError(f"{constant} is not a JSON value")
 
 
-def parse_fhir_bundle(bundle: Path | str | dict[str, Any], *, tenant: str = "default",
-                      access: Sequence[str] = ("everyone",), label: str | None = None) -> list[Document]:
+def parse_fhir_bundle(
+    bundle: Path | str | dict[str, Any],
+    *,
+    tenant: str = "default",
+    access: Sequence[str] = ("everyone",),
+    label: str | None = None,
+) -> list[Document]:
     """Parse a FHIR R4 Bundle (a path or the decoded JSON) into record Documents.
 
     Every field the parser reads must have its FHIR JSON type (a null field counts as absent). A wrong one
@@ -304,9 +316,16 @@ class _BundleContext:
             reasons.append(_concept_text(target.object("code")) if target else ref.text("display") or "")
         return [r for r in reasons if r]
 
-    def _base(self, resource: _Resource, record_type: str, title: str, summary: str,
-              start: RecordInstant | None, end: RecordInstant | None = None,
-              codes: list[str] | None = None) -> ClinicalRecord:
+    def _base(
+        self,
+        resource: _Resource,
+        record_type: str,
+        title: str,
+        summary: str,
+        start: RecordInstant | None,
+        end: RecordInstant | None = None,
+        codes: list[str] | None = None,
+    ) -> ClinicalRecord:
         kind = resource.kind
         encounter = _ref_id(resource.object("encounter")) if kind != "Encounter" else resource.id
         return ClinicalRecord(
@@ -345,8 +364,7 @@ class _BundleContext:
         else:
             parts = [f"{_concept_text(c.object('code'))}: {self._plain_value(c)}" for c in components]
             summary = f"{title}: {'; '.join(parts)}" if parts else title
-        record = self._base(r, observation_record_type(category), title, summary, start,
-                            codes=_codes(r.object("code")))
+        record = self._base(r, observation_record_type(category), title, summary, start, codes=_codes(r.object("code")))
         record.observation = observation
         record.extra_meta["category"] = category
         abnormal_parts = [self._observation_value(c, _first_code(c.object("code")), start) for c in components]
@@ -370,8 +388,14 @@ class _BundleContext:
         quantity = r.object("valueQuantity")
         value = quantity.number("value") if quantity is not None else None
         if quantity is not None and value is not None:
-            return numeric_observation(code, value, quantity.text("unit") or quantity.text("code"),
-                                       age_in_years(self.birth, start), reference, interpretation)
+            return numeric_observation(
+                code,
+                value,
+                quantity.text("unit") or quantity.text("code"),
+                age_in_years(self.birth, start),
+                reference,
+                interpretation,
+            )
         text = _concept_text(r.object("valueCodeableConcept")) or r.text("valueString")
         if text:
             return ObservationValue(text, interpretation=interpretation)
@@ -382,8 +406,9 @@ class _BundleContext:
         start = parse_instant(r.text("onsetDateTime")) or parse_instant(r.text("recordedDate"))
         end = parse_instant(r.text("abatementDateTime"))
         status = _first_code(r.object("clinicalStatus"))
-        summary = f"{title}" + (f"; clinical status {status}" if status else "") + (
-            f"; resolved {end.iso}" if end else "")
+        summary = (
+            f"{title}" + (f"; clinical status {status}" if status else "") + (f"; resolved {end.iso}" if end else "")
+        )
         record = self._base(r, "condition", title, summary, start, end, _codes(r.object("code")))
         record.extra_meta["status"] = status or None
         return record
@@ -395,8 +420,14 @@ class _BundleContext:
         summary = f"{title} prescribed (status {r.text('status') or 'unknown'})"
         summary += f" for {', '.join(reasons)}" if reasons else ""
         summary += f"; dosage {dosage}" if dosage else ""
-        record = self._base(r, "medication", title, summary, parse_instant(r.text("authoredOn")),
-                            codes=_codes(r.object("medicationCodeableConcept")))
+        record = self._base(
+            r,
+            "medication",
+            title,
+            summary,
+            parse_instant(r.text("authoredOn")),
+            codes=_codes(r.object("medicationCodeableConcept")),
+        )
         record.extra_meta["reasons"] = reasons
         return record
 
@@ -429,8 +460,14 @@ class _BundleContext:
 
     def _immunization(self, r: _Resource) -> ClinicalRecord:
         title = _concept_text(r.object("vaccineCode")) or "Immunization"
-        return self._base(r, "immunization", title, f"{title} vaccine administered",
-                          parse_instant(r.text("occurrenceDateTime")), codes=_codes(r.object("vaccineCode")))
+        return self._base(
+            r,
+            "immunization",
+            title,
+            f"{title} vaccine administered",
+            parse_instant(r.text("occurrenceDateTime")),
+            codes=_codes(r.object("vaccineCode")),
+        )
 
     def _allergyintolerance(self, r: _Resource) -> ClinicalRecord:
         title = _concept_text(r.object("code")) or "Allergy"
