@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any
 
+from docqa.conversion.conversion_box import ConversionLimits
 from docqa.errors import DocqaError, UnreadableFileError
 from docqa.ingestion.pipeline import ItemResult, Source, topic_assigner_for
-from docqa.ingestion.records import read_fhir_bundle, write_patient_records
+from docqa.ingestion.records import read_fhir_bundle_boxed, write_patient_records
 
 RECORD_BUNDLE_SUFFIX = ".json"
 
@@ -30,7 +31,7 @@ def ingest_record_bundle(
 ) -> ItemResult:
     """Parse, embed, topic-tag and write one bundle; failures come back as a failed item, never raised."""
     try:
-        documents = _parse(source, tenant, access)
+        documents = _parse(source, tenant, access, ConversionLimits.from_settings(runtime.settings))
         patient_id = str(documents[0].meta.get("patient_id") or "")
         if not patient_id:
             raise UnreadableFileError("the bundle's records carry no patient id")
@@ -56,6 +57,8 @@ def ingest_record_bundle(
     )
 
 
-def _parse(source: Source, tenant: str, access: Sequence[str]) -> list[Any]:
-    # The same checks as the synchronous `POST /v1/records`.
-    return read_fhir_bundle(source.data or b"", name=source.name, tenant=tenant, access=list(access))
+def _parse(source: Source, tenant: str, access: Sequence[str], limits: ConversionLimits) -> list[Any]:
+    # The same checks as the synchronous `POST /v1/records`, in the conversion box like a document's conversion.
+    return read_fhir_bundle_boxed(
+        source.data or b"", name=source.name, tenant=tenant, access=list(access), limits=limits
+    )

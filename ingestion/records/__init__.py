@@ -1,6 +1,6 @@
 """Longitudinal patient records (FHIR R4 bundles, Synthea CSV) as one Document per clinical record."""
 
-from docqa.ingestion.records.fhir import parse_fhir_bundle, read_fhir_bundle
+from docqa.ingestion.records.fhir import parse_fhir_bundle, read_fhir_bundle, read_fhir_bundle_boxed
 from docqa.ingestion.records.patient_writer import group_by_patient, patient_filters, write_patient_records
 from docqa.ingestion.records.synthea_csv import parse_synthea_csv_dir
 
@@ -10,5 +10,6 @@ __all__ = [
     "parse_synthea_csv_dir",
     "patient_filters",
     "read_fhir_bundle",
+    "read_fhir_bundle_boxed",
     "write_patient_records",
 ]

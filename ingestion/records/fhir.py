@@ -5,8 +5,14 @@ Condition, MedicationRequest, Encounter (with its reason), Procedure, Immunizati
 CarePlan. Skipped: billing (Claim, ExplanationOfBenefit), directory entries (Organization, Practitioner),
 Goal, and DiagnosticReport, whose content is the set of Observations already kept one by one.
 
+An uploaded bundle (`POST /v1/records`, a `.json` item of a job) is parsed in the conversion box
+(`read_fhir_bundle_boxed`): a bundle near the 64 MB upload limit took the parsing process about 380 MB above its
+size, so its parse runs in a child within the DOCQA_CONVERT_* memory and time limits and the worker holds only the
+records handed back.
+
 Usage:
     documents = parse_fhir_bundle(Path("Max_Kris.json"), tenant="acme", access=["group:clinicians"])
+    documents = read_fhir_bundle_boxed(raw, name="p1.json", tenant="acme", access=["group:care"], limits=limits)
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 
 from haystack import Document
 
+from docqa.conversion.conversion_box import ConversionLimits, run_in_box
 from docqa.errors import UnreadableFileError
 from docqa.ingestion.records.clinical_record import (
     ClinicalRecord,
@@ -63,6 +70,18 @@ def read_fhir_bundle(
     if not documents:
         raise UnreadableFileError(f"{name}: the bundle holds no records")
     return documents
+
+
+def read_fhir_bundle_boxed(
+    raw: bytes | str, *, name: str, tenant: str, access: Sequence[str], limits: ConversionLimits
+) -> list[Document]:
+    """`read_fhir_bundle` in a child process within `limits` (memory and wall time): the same records and the same
+    errors, plus `FileTooLargeError` or `UnreadableFileError` when the parse crosses a limit."""
+    return run_in_box(_read_in_box, raw, name, tenant, list(access), limits=limits, name=name)
+
+
+def _read_in_box(raw: bytes | str, name: str, tenant: str, access: list[str]) -> list[Document]:
+    return read_fhir_bundle(raw, name=name, tenant=tenant, access=access)
 
 
 def decode_json(raw: bytes | str, name: str) -> Any:

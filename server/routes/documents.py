@@ -148,7 +148,8 @@ def upload_records(
     bundle: Annotated[UploadFile, File(description="A FHIR R4 Bundle (JSON) with one Patient")],
     access: Annotated[list[str], Form(description="Who may read them: everyone, user:<id>, group:<name>")],
 ) -> RecordsWritten:
-    from docqa.ingestion.records import read_fhir_bundle, write_patient_records
+    from docqa.conversion.conversion_box import ConversionLimits
+    from docqa.ingestion.records import read_fhir_bundle_boxed, write_patient_records
     from docqa.topics import (
         refit_if_due,
         schedule_topic_refit,
@@ -159,8 +160,8 @@ def upload_records(
 
     principals = check_principals(access)
     # The same checks as queued bundles (`docqa.ingestion.record_bundles`): what fails an item there is a 422 here.
-    documents = read_fhir_bundle(bundle.file.read(), name=bundle.filename or "bundle", tenant=caller.tenant,
-                                 access=principals)
+    documents = read_fhir_bundle_boxed(bundle.file.read(), name=bundle.filename or "bundle", tenant=caller.tenant,
+                                       access=principals, limits=ConversionLimits.from_settings(context.settings))
     patient_id = str(documents[0].meta["patient_id"])
     embedder = context.runtime.document_embedder()
     embedder.warm_up()

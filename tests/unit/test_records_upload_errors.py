@@ -8,6 +8,7 @@ import copy
 import json
 import math
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from docqa.errors import UnreadableFileError
 from docqa.ingestion.pipeline import Source
 from docqa.ingestion.record_bundles import ingest_record_bundle
 from docqa.ingestion.records import parse_fhir_bundle
+from docqa.settings import Settings
 from tests.support.hash_embedder import HashDocumentEmbedder
 from tests.support.scripted_chat import ScriptedChatGenerator
 from tests.support.server_app import auth, build_test_app
@@ -465,8 +467,10 @@ class TestQueuedBundlesShareTheChecks:
             (b"[" * 50_000 + b"]" * 50_000, "patient.json: not a FHIR Bundle: its JSON is nested too deeply"),
         ],
     )
-    def test_the_item_fails_with_the_same_message(self, raw, message):
+    def test_the_item_fails_with_the_same_message(self, tmp_path, raw, message):
+        # The bundle is parsed in the conversion box, within the runtime's DOCQA_CONVERT_* limits.
+        runtime = SimpleNamespace(settings=Settings(data_dir=tmp_path))
         result = ingest_record_bundle(
-            object(), Source("patient.json", "patient.json", data=raw), "acme", ["group:care"], embedder=None
+            runtime, Source("patient.json", "patient.json", data=raw), "acme", ["group:care"], embedder=None
         )
         assert (result.status, result.code, result.reason) == ("failed", "unreadable_file", message)
