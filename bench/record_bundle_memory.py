@@ -1,10 +1,12 @@
-"""What a large patient-record bundle costs the process that parses it. FHIR bundles (`POST /v1/records`, a `.json`
-item of an ingestion job) are parsed by `read_fhir_bundle` in the worker itself, not in the conversion box: JSON is
-not compressed, so only the upload limit (`DOCQA_MAX_UPLOAD_BYTES`, 64 MB) bounds them.
+"""What a large patient-record bundle costs the worker that parses it. FHIR bundles (`POST /v1/records`, a `.json`
+item of an ingestion job) are parsed by `read_fhir_bundle_boxed`: in the conversion box, a child within the
+DOCQA_CONVERT_* memory and time limits, so the worker holds only the records handed back. JSON is not compressed;
+the upload limit (`DOCQA_MAX_UPLOAD_BYTES`, 64 MB) bounds a bundle's size.
 
 A real Synthea bundle's resources are repeated (with new ids) up to about `--mb` megabytes; the script prints the
-bundle's size and resources, the records parsed, the time, and this process's peak RSS above its size before the
-parse (peak reset through /proc/self/clear_refs).
+bundle's size and resources, then for the parse in this process (`read_fhir_bundle`, what runs inside the box) and
+for the boxed parse: the records, the time, and this process's peak RSS above its size before (peaks reset through
+/proc/self/clear_refs).
 
     nice -n 10 python bench/record_bundle_memory.py --mb 60      # needs ../shared/data/records/synthea_fhir_r4
 """
@@ -58,17 +60,31 @@ def main() -> None:
         sys.exit(f"no Synthea FHIR bundle under {BUNDLES} (see ../shared/data/README.md)")
     raw, resources = grown_bundle(source, args.mb)
 
-    from docqa.ingestion.records import read_fhir_bundle
+    from docqa.conversion.conversion_box import ConversionLimits, run_in_box
+    from docqa.ingestion.records import read_fhir_bundle, read_fhir_bundle_boxed
 
-    Path("/proc/self/clear_refs").write_text("5")
-    before = status_kb("VmRSS")
-    started = time.monotonic()
-    documents = read_fhir_bundle(raw, name="big.json", tenant="acme", access=["everyone"])
-    elapsed = time.monotonic() - started
-    print(
-        f"bundle {len(raw) / 1e6:.1f} MB ({source.name} grown), {resources} resources -> {len(documents)} records "
-        f"in {elapsed:.1f} s; RSS before {before // 1024} MB, peak +{(status_kb('VmHWM') - before) // 1024} MB"
+    run_in_box(int, limits=ConversionLimits(), name="start")  # the forkserver's start is not the parse's cost
+    print(f"bundle {len(raw) / 1e6:.1f} MB ({source.name} grown), {resources} resources")
+    parses = (
+        ("in this process", lambda: read_fhir_bundle(raw, name="big.json", tenant="acme", access=["everyone"])),
+        (
+            "in the box",
+            lambda: read_fhir_bundle_boxed(
+                raw, name="big.json", tenant="acme", access=["everyone"], limits=ConversionLimits()
+            ),
+        ),
     )
+    for label, parse in parses:
+        Path("/proc/self/clear_refs").write_text("5")
+        before = status_kb("VmRSS")
+        started = time.monotonic()
+        documents = parse()
+        elapsed = time.monotonic() - started
+        print(
+            f"  {label:16} {len(documents)} records in {elapsed:5.1f} s; RSS before {before // 1024} MB, "
+            f"peak +{(status_kb('VmHWM') - before) // 1024} MB"
+        )
+        del documents
 
 
 if __name__ == "__main__":
