@@ -93,6 +93,10 @@ class BenchRuntime(Runtime):
     def text_embedder(self) -> Any:
         return self.leaf.wrap(HashTextEmbedder())
 
+    def document_embedder(self) -> Any:
+        # ReSP's repeat guard embeds candidate sub-questions with the deployment's document embedder: leaf work.
+        return self.leaf.wrap(HashDocumentEmbedder())
+
     def retriever(self, top_k: int | None = None) -> Any:
         bm25, dense = build_retrievers(self.document_store, self.settings)
         return HybridRetriever(self.leaf.wrap(bm25), self.leaf.wrap(dense), self.text_embedder(), top_k=top_k or 5)
