@@ -39,11 +39,13 @@ def main() -> None:
             if not passages:
                 continue
             answer = question.answers[0]
-            cited = next((n for n, doc in enumerate(passages, 1) if answer.lower() in (doc.content or "").lower()),
-                         1)
+            cited = next((n for n, doc in enumerate(passages, 1) if answer.lower() in (doc.content or "").lower()), 1)
             for text in (f"{answer}.", f"The answer is {answer} [{cited}]."):
-                out = checker.run(question=question.question, answer=text,
-                                  documents=[Document(id=d.id, content=d.content, meta=d.meta) for d in passages])
+                out = checker.run(
+                    question=question.question,
+                    answer=text,
+                    documents=[Document(id=d.id, content=d.content, meta=d.meta) for d in passages],
+                )
                 checked += 1
                 key = "kept" if out["answer_source"] == "model" else out["reason"] or out["answer_source"]
                 outcomes[key] += 1
@@ -52,19 +54,27 @@ def main() -> None:
         for question, other in pairwise(questions):
             passages = [corpus[i] for i in question.supporting_ids if i in corpus]
             answer = other.answers[0]
-            if not passages or any(answer.lower() in a.lower() or a.lower() in answer.lower()
-                                   for a in question.answers):
+            if not passages or any(
+                answer.lower() in a.lower() or a.lower() in answer.lower() for a in question.answers
+            ):
                 continue
-            out = checker.run(question=question.question, answer=f"The answer is {answer} [1].",
-                              documents=[Document(id=d.id, content=d.content, meta=d.meta) for d in passages])
+            out = checker.run(
+                question=question.question,
+                answer=f"The answer is {answer} [1].",
+                documents=[Document(id=d.id, content=d.content, meta=d.meta) for d in passages],
+            )
             wrong += 1
             caught += out["answer_source"] != "model"
         kept = outcomes["kept"]
-        print(f"{dataset}: {checked} correct answers checked, {kept} kept as the model's "
-              f"({100 * kept / max(checked, 1):.1f}%), false drops by reason: "
-              + (", ".join(f"{r} {n}" for r, n in outcomes.most_common() if r != "kept") or "none"))
-        print(f"  wrong answers (another question's gold answer): {caught} of {wrong} replaced "
-              f"({100 * caught / max(wrong, 1):.1f}%)")
+        print(
+            f"{dataset}: {checked} correct answers checked, {kept} kept as the model's "
+            f"({100 * kept / max(checked, 1):.1f}%), false drops by reason: "
+            + (", ".join(f"{r} {n}" for r, n in outcomes.most_common() if r != "kept") or "none")
+        )
+        print(
+            f"  wrong answers (another question's gold answer): {caught} of {wrong} replaced "
+            f"({100 * caught / max(wrong, 1):.1f}%)"
+        )
         for reason, example in examples.items():
             if reason != "kept":
                 print(f"  e.g. {reason}: {example}")

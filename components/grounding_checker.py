@@ -31,16 +31,55 @@ _MARKERS = re.compile(r"\s?\[(\d{1,4}(?:\s*,\s*\d{1,4})*)\]")
 # a capital, digit, quote or bracket, or at a line break.
 _END = re.compile(r"[.!?][\"'”’)]*(?:\s?\[\d{1,4}(?:\s*,\s*\d{1,4})*\])*(?=\s+[\"'“(\[A-Z0-9]|\s*$)|\n+")
 _TERMINAL = re.compile(r"(?:[.!?][\"'”’)]*|\])\s*$")
-_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|mr|mrs|ms|dr|prof|st|no|art|sec|approx|incl)|\b[A-Z])\.$",
-                           re.IGNORECASE)
+_ABBREVIATION = re.compile(
+    r"(?:\b(?:e\.g|i\.e|etc|vs|mr|mrs|ms|dr|prof|st|no|art|sec|approx|incl)|\b[A-Z])\.$", re.IGNORECASE
+)
 _LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)])\s+")
 _LIST_NUMBER = re.compile(r"^\s*\d{1,2}\.$")
 _WORD = re.compile(r"[a-z0-9]{3,}")
-_COMMON = frozenset(("the", "and", "for", "was", "were", "are", "has", "had", "have", "its", "his", "her", "with",
-                     "from", "that", "this", "which", "who", "what", "when", "where", "not", "but", "they", "their",
-                     "answer", "yes"))
-_STATED_META = ("title", "source", "name", "display", "code", "value", "unit", "reference_range", "flag",
-                "effective_start_utc")
+_COMMON = frozenset(
+    (
+        "the",
+        "and",
+        "for",
+        "was",
+        "were",
+        "are",
+        "has",
+        "had",
+        "have",
+        "its",
+        "his",
+        "her",
+        "with",
+        "from",
+        "that",
+        "this",
+        "which",
+        "who",
+        "what",
+        "when",
+        "where",
+        "not",
+        "but",
+        "they",
+        "their",
+        "answer",
+        "yes",
+    )
+)
+_STATED_META = (
+    "title",
+    "source",
+    "name",
+    "display",
+    "code",
+    "value",
+    "unit",
+    "reference_range",
+    "flag",
+    "effective_start_utc",
+)
 # Questions and answers are bounded upstream; this bounds the work of a pathological reply.
 MAX_SENTENCES = 200
 
@@ -57,8 +96,12 @@ class _Sentence:
     support: list[int] = field(default_factory=list)
 
     def verdict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"sentence": self.text.strip(), "verdict": "kept" if self.kept else "dropped",
-                               "reason": self.reason, "cites": sorted(set(self.numbers))}
+        out: dict[str, Any] = {
+            "sentence": self.text.strip(),
+            "verdict": "kept" if self.kept else "dropped",
+            "reason": self.reason,
+            "cites": sorted(set(self.numbers)),
+        }
         if self.unsupported:
             out["unsupported"] = self.unsupported
         if self.unknown:
@@ -103,12 +146,25 @@ class GroundingChecker:
         """
         self.require_passages = require_passages
 
-    @component.output_types(answer=str, cited_documents=list[Document], answer_source=str, answer_note=str | None,
-                            reason=str | None, verdicts=list[dict])
-    def run(self, question: str, answer: str, documents: list[Document] | None = None,
-            cited_documents: list[Document] | None = None, finish_reason: str | None = None,
-            principals: list[str] | None = None, answer_source: str | None = None,
-            fallback_answer: str | None = None) -> dict[str, Any]:
+    @component.output_types(
+        answer=str,
+        cited_documents=list[Document],
+        answer_source=str,
+        answer_note=str | None,
+        reason=str | None,
+        verdicts=list[dict],
+    )
+    def run(
+        self,
+        question: str,
+        answer: str,
+        documents: list[Document] | None = None,
+        cited_documents: list[Document] | None = None,
+        finish_reason: str | None = None,
+        principals: list[str] | None = None,
+        answer_source: str | None = None,
+        fallback_answer: str | None = None,
+    ) -> dict[str, Any]:
         """
         :param question: The question (its numbers and names are always allowed).
         :param answer: The generated text.
@@ -125,12 +181,24 @@ class GroundingChecker:
         """
         passages = list(documents) if documents is not None else list(cited_documents or [])
         if answer_source and answer_source != fallback.ANSWER_SOURCE_MODEL:
-            return _out(answer, list(cited_documents or []), answer_source, None, None,
-                        [{"sentence": answer, "verdict": "kept", "reason": f"answer_source_{answer_source}"}])
+            return _out(
+                answer,
+                list(cited_documents or []),
+                answer_source,
+                None,
+                None,
+                [{"sentence": answer, "verdict": "kept", "reason": f"answer_source_{answer_source}"}],
+            )
         if not passages and self.require_passages:
             text = no_passage_answer(principals or [])
-            return _out(text, [], fallback.ANSWER_SOURCE_NONE, text, REASON_NO_PASSAGE,
-                        [{"sentence": answer, "verdict": "dropped", "reason": REASON_NO_PASSAGE}] if answer else [])
+            return _out(
+                text,
+                [],
+                fallback.ANSWER_SOURCE_NONE,
+                text,
+                REASON_NO_PASSAGE,
+                [{"sentence": answer, "verdict": "dropped", "reason": REASON_NO_PASSAGE}] if answer else [],
+            )
         unusable = fallback.unusable_reason(question, answer, [])
         if unusable is not None:
             verdicts = [{"sentence": answer, "verdict": "dropped", "reason": unusable}]
@@ -152,8 +220,10 @@ class GroundingChecker:
         reason = dropped[0] if dropped else (REASON_UNKNOWN_CITATION if removed else None)
         note = None
         if dropped:
-            note = (f"Parts of the model's answer were removed ({', '.join(dict.fromkeys(r for r in dropped if r))}): "
-                    "only sentences supported by the passages are shown.")
+            note = (
+                f"Parts of the model's answer were removed ({', '.join(dict.fromkeys(r for r in dropped if r))}): "
+                "only sentences supported by the passages are shown."
+            )
         return _out(text, cited, fallback.ANSWER_SOURCE_MODEL, note, reason, verdicts)
 
     def _check(self, question: str, sentences: list[_Sentence], passages: list[Document]) -> None:
@@ -185,16 +255,28 @@ class GroundingChecker:
             if sentence.unknown and sentence.kept and sentence.reason is None:
                 sentence.reason = REASON_UNKNOWN_CITATION
 
-    def _fallback(self, question: str, passages: list[Document], reason: str, verdicts: list[dict[str, Any]],
-                  fallback_answer: str | None) -> dict[str, Any]:
+    def _fallback(
+        self,
+        question: str,
+        passages: list[Document],
+        reason: str,
+        verdicts: list[dict[str, Any]],
+        fallback_answer: str | None,
+    ) -> dict[str, Any]:
         if fallback_answer:
             note = f"No answer from the model ({reason_text(reason)}). This is the record table's description."
             return _out(fallback_answer, [], ANSWER_SOURCE_RECORD_TABLE, note, reason, verdicts)
         extraction = fallback.extract_answer(question, passages)
         if not extraction.text:
             return _out("", [], fallback.ANSWER_SOURCE_NONE, fallback_note(reason, extracted=False), reason, verdicts)
-        return _out(extraction.text, list(extraction.documents), fallback.ANSWER_SOURCE_EXTRACTED,
-                    fallback_note(reason, extracted=True), reason, verdicts)
+        return _out(
+            extraction.text,
+            list(extraction.documents),
+            fallback.ANSWER_SOURCE_EXTRACTED,
+            fallback_note(reason, extracted=True),
+            reason,
+            verdicts,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, require_passages=self.require_passages)
@@ -221,8 +303,10 @@ def reason_text(reason: str) -> str:
 def fallback_note(reason: str, *, extracted: bool) -> str:
     """The note of an answer that is not the model's: quoted sentences (`extracted`) or none."""
     if extracted:
-        return (f"No answer from the model ({reason_text(reason)}). These sentences are quoted from the retrieved "
-                "passages, not generated.")
+        return (
+            f"No answer from the model ({reason_text(reason)}). These sentences are quoted from the retrieved "
+            "passages, not generated."
+        )
     return f"No answer: {reason_text(reason)}, and no retrieved passage matches the question."
 
 
@@ -233,10 +317,10 @@ def split_answer(answer: str) -> list[_Sentence]:
     for match in _END.finditer(answer):
         if len(pieces) >= MAX_SENTENCES:
             break
-        before = answer[start:match.start() + 1]
+        before = answer[start : match.start() + 1]
         if match.group(0)[0] in ".!?" and (_ABBREVIATION.search(before) or _LIST_NUMBER.match(before)):
             continue
-        pieces.append(answer[start:match.end()])
+        pieces.append(answer[start : match.end()])
         start = match.end()
     pieces.append(answer[start:])
     sentences: list[_Sentence] = []
@@ -249,7 +333,7 @@ def split_answer(answer: str) -> list[_Sentence]:
         if sentences:
             sentences[-1].separator += piece[: len(piece) - len(piece.lstrip())]
         numbers = [int(n) for group in _MARKERS.findall(core) for n in re.split(r"\s*,\s*", group)]
-        sentences.append(_Sentence(text=core, separator=piece[len(piece.rstrip()):], numbers=numbers))
+        sentences.append(_Sentence(text=core, separator=piece[len(piece.rstrip()) :], numbers=numbers))
     return sentences
 
 
@@ -271,8 +355,9 @@ def _searchable(doc: Document) -> str:
     return " ".join([*stated, doc.content or ""])
 
 
-def _support(text: str, facts: list[Fact], scope: list[int], indexes: list[FactIndex],
-             passages: list[Document]) -> list[int]:
+def _support(
+    text: str, facts: list[Fact], scope: list[int], indexes: list[FactIndex], passages: list[Document]
+) -> list[int]:
     """The passages (0-based) that state all of a sentence's facts; with no fact, the one sharing most words."""
     if facts:
         return [i for i in scope if all(indexes[i].supports(f) for f in facts)]
@@ -313,7 +398,19 @@ def _shown(kept: list[_Sentence], passages: list[Document]) -> tuple[str, list[D
     return text, [passages[i] for i in support]
 
 
-def _out(answer: str, cited: list[Document], source: str, note: str | None, reason: str | None,
-         verdicts: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"answer": answer, "cited_documents": cited, "answer_source": source, "answer_note": note,
-            "reason": reason, "verdicts": verdicts}
+def _out(
+    answer: str,
+    cited: list[Document],
+    source: str,
+    note: str | None,
+    reason: str | None,
+    verdicts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "answer": answer,
+        "cited_documents": cited,
+        "answer_source": source,
+        "answer_note": note,
+        "reason": reason,
+        "verdicts": verdicts,
+    }

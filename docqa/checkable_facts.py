@@ -22,35 +22,54 @@ def _wordlist(text: str) -> list[str]:
     return text.split()
 
 
-_MONTHS = {name: i + 1 for i, name in enumerate(
-    _wordlist("january february march april may june july august september october november december"))}
+_MONTHS = {
+    name: i + 1
+    for i, name in enumerate(
+        _wordlist("january february march april may june july august september october november december")
+    )
+}
 _MONTHS.update({name[:3]: number for name, number in list(_MONTHS.items())})
 _MONTHS["sept"] = 9
-_MONTH = r"(?P<month>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sept?(?:ember)?|" \
-         r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
+_MONTH = (
+    r"(?P<month>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sept?(?:ember)?|"
+    r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
+)
 _DATE_PATTERNS = (
     # 2021-03-15, 2021/03/15, 2021-03
     re.compile(r"\b(?P<year>(?:1[5-9]|20)\d{2})[-/.](?P<num>\d{1,2})(?:[-/.](?P<day>\d{1,2}))?\b"),
     # 15/03/2021, 03/15/2021, 03/2021, 15.03.2021
     re.compile(r"\b(?:(?P<a>\d{1,2})[/.-])?(?P<num>\d{1,2})[/.-](?P<year>(?:1[5-9]|20)\d{2})\b"),
     # 15 March 2021, March 15, 2021, March 2021, 15th of March 2021
-    re.compile(r"\b(?:(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?)?" + _MONTH
-               + r"(?:\s+(?P<day2>\d{1,2})(?:st|nd|rd|th)?,?)?\s+(?P<year>(?:1[5-9]|20)\d{2})\b", re.IGNORECASE),
+    re.compile(
+        r"\b(?:(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?)?"
+        + _MONTH
+        + r"(?:\s+(?P<day2>\d{1,2})(?:st|nd|rd|th)?,?)?\s+(?P<year>(?:1[5-9]|20)\d{2})\b",
+        re.IGNORECASE,
+    ),
 )
 # Thousands grouped by comma, point, space (also no-break and thin) or apostrophe; decimals after a point or a comma.
-_NUMBER = re.compile(r"(?<![\w.,])(?P<int>\d{1,3}(?:(?P<sep>[,.\u00a0\u202f' ])\d{3})+|\d+)(?P<frac>[.,]\d+)?"
-                     r"(?P<ord>st|nd|rd|th)?(?!\w)")
+_NUMBER = re.compile(
+    r"(?<![\w.,])(?P<int>\d{1,3}(?:(?P<sep>[,.\u00a0\u202f' ])\d{3})+|\d+)(?P<frac>[.,]\d+)?"
+    r"(?P<ord>st|nd|rd|th)?(?!\w)"
+)
 _MARKER = re.compile(r"\[\d{1,4}(?:\s*,\s*\d{1,4})*\]")
-_NUMBER_WORDS = {w: i for i, w in enumerate(_wordlist(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty"))}
+_NUMBER_WORDS = {
+    w: i
+    for i, w in enumerate(
+        _wordlist(
+            "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+            "seventeen eighteen nineteen twenty"
+        )
+    )
+}
 _TENS = _wordlist("thirty forty fifty sixty seventy eighty ninety")
 _NUMBER_WORDS.update({w: 10 * (i + 3) for i, w in enumerate(_TENS)})
 _NUMBER_WORDS.update({"hundred": 100, "thousand": 1000, "million": 1_000_000, "dozen": 12, "once": 1, "twice": 2})
 _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*", re.UNICODE)
 _CAPITALIZED = re.compile(r"(?<![\w'’-])(?P<word>[A-Z][^\W\d_]*(?:[-'’][A-Za-z][^\W\d_]*)*)(?![\w])")
 # Capitalised without being names: pronoun, titles, calendar words, currencies, labels small models write.
-_NOT_NAMES = frozenset(_wordlist("""
+_NOT_NAMES = frozenset(
+    _wordlist("""
 i i'm i've i'd i'll ok yes no not note answer summary question reasoning source sources passage passages document
 documents mr mrs ms dr prof sir st the a an and or but if in on at to of for by with from as is are was were be
 this that these those it its he she they we you his her their our your my me him them who what when where why how
@@ -58,7 +77,8 @@ which there here however therefore also according based
 monday tuesday wednesday thursday friday saturday sunday
 january february march april may june july august september october november december
 eur usd gbp chf jpy cad aud euro euros dollar dollars pound pounds
-"""))
+""")
+)
 
 
 @dataclass(frozen=True)
@@ -198,9 +218,9 @@ def _names(text: str) -> list[Fact]:
     found = []
     for match in _CAPITALIZED.finditer(text):
         word = match.group("word")
-        before = text[:match.start()].rstrip()
+        before = text[: match.start()].rstrip()
         # The first word of a sentence, a line or a clause after a colon is capitalised for grammar, not as a name.
-        if not re.search(r"[A-Za-z0-9]", before) or before.endswith((":", ";", "\"", "“", "(", "-", "•")):
+        if not re.search(r"[A-Za-z0-9]", before) or before.endswith((":", ";", '"', "“", "(", "-", "•")):
             continue
         plain = _plain(word.lower())
         if plain in _NOT_NAMES or len(plain) < 2:

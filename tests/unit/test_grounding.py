@@ -27,8 +27,10 @@ from tests.support.yaml_strategy_files import bm25_rag_yaml
 
 ALICE = AccessScope("acme", frozenset({"alice"}))
 QUESTION = "What is the hotel limit per year?"
-TRAVEL = ("Travel policy: the hotel limit is EUR 5,000 per year, approved by Jane Smith in March 2021. "
-          "Hotels above the limit need written approval from the finance director.")
+TRAVEL = (
+    "Travel policy: the hotel limit is EUR 5,000 per year, approved by Jane Smith in March 2021. "
+    "Hotels above the limit need written approval from the finance director."
+)
 MEALS = "Meals abroad are reimbursed with a daily allowance of 45 euros per day of travel."
 
 
@@ -162,8 +164,11 @@ class TestChecker:
 
 AGENT = r"Reply with JSON"
 GROUNDED, USEFUL = r"supported by the documents", r"answer the question \(Yes or No\)"
-JUDGE, PLAN, GENERATE = r"completely and accurately respond to the question", r"\[Your thought\]", \
-    r"Only give me the answer"
+JUDGE, PLAN, GENERATE = (
+    r"completely and accurately respond to the question",
+    r"\[Your thought\]",
+    r"Only give me the answer",
+)
 TREE_PLAN, RELEVANCE = r"You plan the research", r"Which of the numbered passages"
 STRATEGIES = ["standard", "resp", "atrag", "mspr", "contregen", "yaml"]
 BM25_RAG = bm25_rag_yaml(top_k=2)
@@ -214,17 +219,21 @@ class Ask:
             return json.dumps({"thought": "t", "action": "answer", "action_input": final("")})
 
         rules: list[tuple[str, Any]] = {
-            "standard": [], "yaml": [],
+            "standard": [],
+            "yaml": [],
             "resp": [(JUDGE, "Yes"), (GENERATE, final), (r"professional writer|respond completely", seen)],
             "atrag": [(GROUNDED, "Yes"), (USEFUL, "Yes"), (r"Reasoning:\s*$", lambda p: "Answer: " + final(p))],
             "mspr": [(AGENT, agent), (r"Do the new passages|Is the proposed answer", "Yes")],
-            "contregen": [(TREE_PLAN, '{"sub_questions": []}'),
-                          (RELEVANCE, lambda p: json.dumps({"relevant": list(range(1, len(_numbered(p)) + 1))}))],
+            "contregen": [
+                (TREE_PLAN, '{"sub_questions": []}'),
+                (RELEVANCE, lambda p: json.dumps({"relevant": list(range(1, len(_numbered(p)) + 1))})),
+            ],
         }[self.strategy]
         llm = self.llm_class(rules=[*rules, (r".", final)])
         runtime = HashRuntime(self.settings, chat_generator_factory=lambda role: llm)
-        runtime.document_store.write_documents(HashDocumentEmbedder().run(documents=self.documents)["documents"],
-                                               policy=DuplicatePolicy.OVERWRITE)
+        runtime.document_store.write_documents(
+            HashDocumentEmbedder().run(documents=self.documents)["documents"], policy=DuplicatePolicy.OVERWRITE
+        )
         if self.strategy == "yaml":
             pipeline = load_strategy(BM25_RAG, name="bm25_rag", source="bm25_rag.yaml", runtime=runtime)
         else:
@@ -240,9 +249,11 @@ def _grounding(result: PipelineResult) -> dict[str, Any]:
 
 def _cite(target: str, text: str) -> Callable[[list[str]], str]:
     """An answer citing the passage that contains `target` (by its number in the generator's numbering)."""
+
     def answer(passages: list[str]) -> str:
         number = next(i for i, passage in enumerate(passages, 1) if target in passage)
         return text.format(n=number)
+
     return answer
 
 
@@ -278,7 +289,10 @@ class TestEveryStrategy:
     def test_a_correct_answer_in_other_formatting_is_the_models_unchanged(self, tmp_path, strategy):
         result, _ = Ask(tmp_path, strategy).run(_cite("hotel limit", "The hotel limit is €5000 per year [{n}]."))
         assert (result.answer, result.answer_source, result.answer_note) == (
-            "The hotel limit is €5000 per year [1].", "model", None)
+            "The hotel limit is €5000 per year [1].",
+            "model",
+            None,
+        )
         assert [c.document_id for c in result.citations] == ["travel"]
         assert _grounding(result)["verdicts"][0]["verdict"] == "kept"
 
@@ -349,8 +363,10 @@ def test_a_prompt_echo_at_the_start_of_a_stream_is_never_streamed(tmp_path, stra
 
 
 def test_no_retrieval_checks_markers_but_has_no_passages_to_check_facts_against(tmp_path):
-    runtime = HashRuntime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: ScriptedChatGenerator(
-        default="Paris is the capital [1]."))
+    runtime = HashRuntime(
+        Settings(data_dir=tmp_path),
+        chat_generator_factory=lambda role: ScriptedChatGenerator(default="Paris is the capital [1]."),
+    )
     result = build_pipeline("no_retrieval", runtime).run("Capital of France?", ALICE)
     assert (result.answer, result.answer_source) == ("Paris is the capital.", "model")
     assert _grounding(result)["reason"] == "unknown_citation"
@@ -366,8 +382,9 @@ def test_a_finish_reason_length_cuts_the_standard_answer(tmp_path):
             return {"replies": [ChatMessage.from_assistant(reply.text, meta={**reply.meta, "finish_reason": "length"})]}
 
         @component.output_types(replies=list[ChatMessage])
-        async def run_async(self, messages: list[ChatMessage],
-                            generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        async def run_async(
+            self, messages: list[ChatMessage], generation_kwargs: dict[str, Any] | None = None
+        ) -> dict[str, Any]:
             return self.run(messages, generation_kwargs)
 
     llm = Cut(default="The hotel limit is EUR 5,000 per year [1]. Late approval needs the finance dir")
@@ -376,7 +393,11 @@ def test_a_finish_reason_length_cuts_the_standard_answer(tmp_path):
     result = build_pipeline("standard", runtime).run(QUESTION, ALICE)
     assert (result.answer, result.answer_source) == ("The hotel limit is EUR 5,000 per year [1].", "model")
     assert _grounding(result)["verdicts"][-1] == {
-        "sentence": "Late approval needs the finance dir", "verdict": "dropped", "reason": "truncated", "cites": []}
+        "sentence": "Late approval needs the finance dir",
+        "verdict": "dropped",
+        "reason": "truncated",
+        "cites": [],
+    }
 
 
 def test_the_cli_names_who_asked_and_how_to_ask_as_someone_else(tmp_path, capsys):
@@ -422,8 +443,9 @@ def test_when_the_last_round_gives_nothing_to_quote_the_runs_earlier_passages_ar
     recorder = StepRecorder()
     note_passages(recorder, {"documents": [_doc("travel", TRAVEL)]})  # the first round's retrieval
     note_passages(recorder, {"documents": [_doc("song", "In Search of a Song is a 1971 country album.")]})
-    nothing = GroundingOutcome("none", "No answer: the model gave no answer, and no retrieved passage matches the "
-                               "question.", "empty")
+    nothing = GroundingOutcome(
+        "none", "No answer: the model gave no answer, and no retrieved passage matches the question.", "empty"
+    )
     result = finish(_Named(), QUESTION, "", [], recorder, grounding=nothing)
     assert result.answer_source == "extracted"
     assert "EUR 5,000" in result.answer and [c.document_id for c in result.citations] == ["travel"]
@@ -452,8 +474,14 @@ def test_an_extracted_answer_quotes_every_round_only_when_the_run_retrieved_more
         note_passages(recorder, {"documents": retrieved})
         with recorder.step("grounding", "grounding", inputs={"documents": [{"id": "song"}]}) as step:
             step.outputs = {}
-        result = finish(_Named(), QUESTION, "In Search of a Song is a 1971 country album with a hotel song. [1]",
-                        [], recorder, grounding=quoted)
+        result = finish(
+            _Named(),
+            QUESTION,
+            "In Search of a Song is a 1971 country album with a hotel song. [1]",
+            [],
+            recorder,
+            grounding=quoted,
+        )
         if expected == ["song"]:  # nothing beyond what the node was given: its quote stands
             assert result.steps[-1].kind == "grounding" and result.answer_source == "extracted"
         else:
