@@ -9,13 +9,14 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 
 from docqa import extractive_fallback as fallback
-from docqa.checkable_facts import Fact, FactIndex, sentence_facts
+from docqa.checkable_facts import EXPECTED, Fact, FactIndex, gives_kind, question_kind, sentence_facts
 
 ANSWER_SOURCE_RECORD_TABLE = "record_table"
 REASON_NO_PASSAGE = "no_readable_passage"
 REASON_UNKNOWN_CITATION = "unknown_citation"
 REASON_WRONG_CITATION = "wrong_citation"
 REASON_TRUNCATED = "truncated"
+REASON_NOT_AN_ANSWER = "not_an_answer"
 REASON_UNSUPPORTED = {"number": "unsupported_number", "date": "unsupported_date", "name": "unsupported_name"}
 _REASON_TEXT = {
     REASON_UNKNOWN_CITATION: "it cited a passage it was not given",
@@ -25,6 +26,7 @@ _REASON_TEXT = {
     "unsupported_date": "a date in its answer is not in the passages",
     "unsupported_name": "a name in its answer is not in the passages",
 }
+_NOT_AN_ANSWER_TEXT = "the model's text does not give the kind of answer the question asks for"
 
 _MARKERS = re.compile(r"\s?\[(\d{1,4}(?:\s*,\s*\d{1,4})*)\]")
 # A sentence ends at . ! ? (with closing quotes or brackets and the citation markers after it) before a space and
@@ -119,6 +121,10 @@ class GroundingChecker:
       any given passage when it cites none) or in the question, up to ordinary formatting (`docqa.checkable_facts`);
       a sentence that fails is dropped, with its reason (`unsupported_number`, `unsupported_name`,
       `wrong_citation` when only another passage states it, ...).
+    - The text must give the kind of answer the question asks for (`docqa.checkable_facts.question_kind`): a
+      yes/no question a yes or no in the first sentence, a Who question a name, a When question a date or year, a
+      How many/much question a number, each not already in the question. Otherwise the answer is replaced
+      (`not_an_answer`), since the facts of a copied passage are supported without answering anything.
     - A reply cut by the token limit (`finish_reason="length"`, or a last fragment without an ending after
       complete sentences) is cut at its last complete sentence.
     - When nothing is left, or the first sentence failed, the answer is the extracted one (the passages' best
@@ -128,7 +134,8 @@ class GroundingChecker:
       unless `require_passages` is off (an answer from the model alone: markers and truncation are still checked).
     - `cited_documents` are exactly the passages the shown text cites, its markers renumbered `[1]..[k]` in that
       order; a text without markers cites the passages in which its support was found.
-    Every sentence's verdict is in `verdicts` (the `grounding` step of the trace).
+    Every sentence's verdict is in `verdicts` (the `grounding` step of the trace), and, when the question asks for a
+    kind of answer, one more for the shown text as a whole (`answers`: the kind, `expected`: what it needed).
 
     Usage example:
     ```python
@@ -177,7 +184,7 @@ class GroundingChecker:
             with it, the shown text keeps no markers, since the result cites the table's records.
         :returns: `answer`, `cited_documents`, `answer_source` ("model", "extracted", "none", "record_table"),
             `answer_note` (None when the model's text is shown whole), `reason` (why text was dropped or replaced)
-            and `verdicts` (one per sentence: kept or dropped and why).
+            and `verdicts` (one per sentence: kept or dropped and why; then the answer-kind verdict, if any).
         """
         passages = list(documents) if documents is not None else list(cited_documents or [])
         if answer_source and answer_source != fallback.ANSWER_SOURCE_MODEL:
@@ -211,6 +218,21 @@ class GroundingChecker:
         first = sentences[0]
         if not kept or not first.kept:
             return self._fallback(question, passages, first.reason or REASON_TRUNCATED, verdicts, fallback_answer)
+        kind = question_kind(question) if passages else None
+        if kind is not None:
+            # Without passages (a model answering alone) there is nothing better to show, so no kind is required.
+            answered = gives_kind(kind, question, [_LIST_MARK.sub("", s.text) for s in kept])
+            verdicts.append(
+                {
+                    "sentence": " ".join(s.text for s in kept),
+                    "verdict": "kept" if answered else "dropped",
+                    "reason": None if answered else REASON_NOT_AN_ANSWER,
+                    "answers": kind,
+                    "expected": EXPECTED[kind],
+                }
+            )
+            if not answered:
+                return self._fallback(question, passages, REASON_NOT_AN_ANSWER, verdicts, fallback_answer)
         text, cited = _shown(kept, passages)
         if fallback_answer is not None:
             # A record answer cites the table's records (in table order), not the prompt's numbered passages.
@@ -295,6 +317,8 @@ def no_passage_answer(principals: list[str]) -> str:
 
 def reason_text(reason: str) -> str:
     """One line a user can read; the new reasons keep their code in front (`unsupported_number: ...`)."""
+    if reason == REASON_NOT_AN_ANSWER:
+        return f"{reason}: {_NOT_AN_ANSWER_TEXT}"
     if reason in _REASON_TEXT:
         return f"{reason}: the model's answer was not supported, {_REASON_TEXT[reason]}"
     return fallback.reason_text(reason)

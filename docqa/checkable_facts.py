@@ -124,8 +124,10 @@ class FactIndex:
             word = _plain(word)
             self.words.add(word)
             self.words.update(word.split("-"))
-            if word in _NUMBER_WORDS:
-                self.values.add(f"n:{_NUMBER_WORDS[word]}")
+            # "two-time" states the number two, as "two" does.
+            for part in {word, *word.split("-")}:
+                if part in _NUMBER_WORDS:
+                    self.values.add(f"n:{_NUMBER_WORDS[part]}")
 
     def supports(self, fact: Fact) -> bool:
         if fact.kind == "name":
@@ -235,3 +237,100 @@ def _names(text: str) -> list[Fact]:
 def _plain(word: str) -> str:
     word = word.replace("’", "'")
     return word[:-2] if word.endswith("'s") else word.strip("'")
+
+
+# ---- the kind of answer a question asks for -------------------------------------------------------------------
+KIND_YES_NO, KIND_NAME, KIND_DATE, KIND_NUMBER = "yes_no", "name", "date", "number"
+EXPECTED = {
+    KIND_YES_NO: "yes or no in its first sentence",
+    KIND_NAME: "a name the question does not hold",
+    KIND_DATE: "a date or year the question does not hold",
+    KIND_NUMBER: "a number or amount the question does not hold",
+}
+_AUX = r"(?:is|are|was|were|am|do|does|did|can|could|has|have|had|will|would|should|shall|may|might|must)"
+# Matched at the question's start. A clause "When the team moved, who ..." does not ask when: `when` must be
+# followed by an auxiliary.
+_ASKS = (
+    (KIND_YES_NO, re.compile(rf"(?:{_AUX}(?:n['’]t)?|won['’]t|can['’]t|cannot)\b", re.IGNORECASE)),
+    (KIND_NAME, re.compile(r"(?:(?:to|by|for|with|from|of|about|after|before) )?who(?:m|se)?\b", re.IGNORECASE)),
+    (KIND_DATE, re.compile(rf"when {_AUX}\b|(?:(?:in|during|by|since) )?(?:what|which) year\b", re.IGNORECASE)),
+    (KIND_NUMBER, re.compile(r"how (?:many|much)\b", re.IGNORECASE)),
+)
+_CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
+# "Do Lafzon Ki Kahani, ... released in which year?" starts like a yes/no question but asks something else.
+_WH = re.compile(r"\b(?:what|which|whom?|whose|when|where|why|how)\b", re.IGNORECASE)
+# A When question may be answered by a season, a period or an event ("the middle of the summer", "the Maryland
+# Toleration Act", "after the war") rather than a date.
+_TIME_WORDS = frozenset(
+    _wordlist("""
+spring summer autumn fall winter monsoon season century centuries decade decades millennium era age period reign
+dynasty morning afternoon evening night noon midnight dawn dusk weekend week holiday christmas easter
+act war wars revolution treaty battle election crisis depression renaissance independence rebellion uprising
+olympics games cup championship conference council empire administration presidency invasion occupation
+""")
+)
+# An answer may say that the passages do not tell ("unknown", "The passages do not say"): an honest answer of any
+# kind, which the rule keeps.
+_ABSTAINS = re.compile(
+    r"\b(?:unknown|unclear|uncertain|insufficient|(?:do|does|did|can)(?:n['’]t| not)|cannot|not (?:known|stated|"
+    r"mentioned|given|specified|found|provided|clear|possible|available)|no (?:information|answer|mention|passage|"
+    r"data|record|evidence))\b",
+    re.IGNORECASE,
+)
+# How many / How much answered without digits or a number word.
+_AMOUNT_WORDS = frozenset(
+    _wordlist("none hundreds thousands millions billions dozens half third quarter double triple several few")
+)
+_YES_NO = re.compile(r"\b(?:yes|no|not|never|neither|nor)\b|n['’]t\b", re.IGNORECASE)
+_DECADE = re.compile(r"\b\d{1,4}0['’]?s\b|['’]\d0s\b")
+
+
+def question_kind(question: str) -> str | None:
+    """The kind of answer a question asks for (`yes_no`, `name`, `date`, `number`), or None when no deterministic
+    rule applies. A choice ("A or B?") is None for every kind: its answer may be a name or a date the question
+    already holds."""
+    text = re.sub(r"^[\W_]+", "", question or "")
+    if _CHOICE.search(text):
+        return None
+    kind = next((kind for kind, pattern in _ASKS if pattern.match(text)), None)
+    if kind == KIND_YES_NO and _WH.search(text):
+        return None
+    return kind
+
+
+def gives_kind(kind: str, question: str, sentences: list[str]) -> bool:
+    """Whether an answer's sentences give the kind of answer `question_kind` found: yes or no (or a negation) in
+    the first sentence; a capitalised name, a date or year, a number or amount that the question does not hold. A
+    first sentence saying the answer is not known ("unknown", "The passages do not say") passes.
+    Kept loose on purpose: a right answer must never fail, so any new capitalised word counts as a name and any
+    new number as a date."""
+    if any(_ABSTAINS.search(sentence) for sentence in sentences[:1]):
+        return True
+    if kind == KIND_YES_NO:
+        first = _MARKER.sub(" ", sentences[0]) if sentences else ""
+        # "Are A and B both directors?" is answered by "Both are directors."
+        both = re.search(r"\bboth\b", question, re.IGNORECASE) and re.search(r"\bboth\b", first, re.IGNORECASE)
+        return bool(_YES_NO.search(first) or both)
+    text = _MARKER.sub(" ", " ".join(sentences))
+    asked = FactIndex.of(question)
+    if kind == KIND_NAME:
+        return any(name not in asked.words for name in _capitalised(text))
+    said = FactIndex.of(text)
+    if kind == KIND_NUMBER:
+        return any(value.startswith("n:") and value not in asked.values for value in said.values) or bool(
+            (said.words & _AMOUNT_WORDS) - asked.words
+        )
+    if kind == KIND_DATE:
+        months = {word for word in said.words if word in _MONTHS and word != "may"}
+        return (
+            any(value not in asked.values for value in said.values)
+            or bool((months | (said.words & _TIME_WORDS)) - asked.words)
+            or any(d.group(0) not in question for d in _DECADE.finditer(text))
+        )
+    return True
+
+
+def _capitalised(text: str) -> list[str]:
+    """Every capitalised word of a text outside the common-word list, the first of a sentence too ("Telemann.")."""
+    words = (_plain(word.lower()) for word in _WORD.findall(text) if word[0].isupper())
+    return [word for word in words if word not in _NOT_NAMES and len(word) > 1]

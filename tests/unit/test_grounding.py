@@ -13,7 +13,7 @@ from haystack.dataclasses import ChatMessage, StreamingChunk
 from haystack.document_stores.types import DuplicatePolicy
 
 from docqa.access import AccessScope
-from docqa.checkable_facts import FactIndex, sentence_facts
+from docqa.checkable_facts import FactIndex, gives_kind, question_kind, sentence_facts
 from docqa.components.grounding_checker import GroundingChecker, split_answer
 from docqa.pipelines.registry import build_pipeline
 from docqa.pipelines.yaml_strategies import load_strategy
@@ -160,6 +160,128 @@ class TestChecker:
         assert out["grounding"]["answer_source"] == "model"
 
 
+# A question of each kind about the travel passage: a right answer written differently from the passage, and an
+# answer whose facts are all supported but which does not give what is asked (as a copied passage opening does).
+KINDS = [
+    (
+        "yes_no",
+        "Is the hotel limit EUR 5,000 per year?",
+        "Yes: €5000 per year [{n}].",
+        "The hotel limit is set by the travel policy [{n}].",
+    ),
+    (
+        "name",
+        "Who approved the hotel limit?",
+        "It was approved by J. Smith [{n}].",
+        "The hotel limit was approved by the finance director [{n}].",
+    ),
+    (
+        "date",
+        "When was the hotel limit approved?",
+        "It was approved in 2021-03 [{n}].",
+        "It was approved by Jane Smith [{n}].",
+    ),
+    (
+        "number",
+        "How much is the hotel limit per year?",
+        "5 000 EUR [{n}].",
+        "The limit is set by the travel policy [{n}].",
+    ),
+]
+
+
+class TestAnswerKind:
+    @pytest.mark.parametrize(("kind", "question", "right", "wrong"), KINDS, ids=[k[0] for k in KINDS])
+    def test_a_right_answer_of_the_asked_kind_stays_the_models(self, kind, question, right, wrong):
+        answer = right.format(n=1)
+        out = _check(answer, [TRAVEL_DOC, MEALS_DOC], question=question)
+        assert (out["answer"], out["answer_source"], out["answer_note"], out["reason"]) == (answer, "model", None, None)
+        assert out["verdicts"][-1] == {
+            "sentence": answer,
+            "verdict": "kept",
+            "reason": None,
+            "answers": kind,
+            "expected": out["verdicts"][-1]["expected"],
+        }
+
+    @pytest.mark.parametrize(("kind", "question", "right", "wrong"), KINDS, ids=[k[0] for k in KINDS])
+    def test_a_supported_answer_of_another_kind_is_replaced_by_the_extracted_one(self, kind, question, right, wrong):
+        out = _check(wrong.format(n=1), [TRAVEL_DOC, MEALS_DOC], question=question)
+        assert (out["answer_source"], out["reason"]) == ("extracted", "not_an_answer")
+        assert "EUR 5,000" in out["answer"] and out["answer"] != wrong.format(n=1)
+        assert out["answer_note"].startswith("No answer from the model (not_an_answer: ")
+        # Its facts passed: the sentence is kept by the fact check, the answer dropped by the kind check.
+        assert [v["verdict"] for v in out["verdicts"]] == ["kept", "dropped"]
+        assert out["verdicts"][-1]["reason"] == "not_an_answer" and out["verdicts"][-1]["answers"] == kind
+
+    @pytest.mark.parametrize(
+        ("question", "kind"),
+        [
+            ("Are both magazines British publications?", "yes_no"),
+            ("Isn't the limit too low?", "yes_no"),
+            ("Did Jane Smith approve it?", "yes_no"),
+            ("Which band was formed first, The Exies or Circus Diablo?", None),
+            ("Is the limit EUR 5,000 or EUR 20,000?", None),
+            ("Who was born first, Mark King or Nick Hexum?", None),
+            ("Do Lafzon Ki Kahani, is a 2016 film, a remake of Always, released in which year?", None),
+            ("Who wrote the song?", "name"),
+            ("To whom was it sent?", "name"),
+            ("Whose album came out in 1999?", "name"),
+            ("When did the war end?", "date"),
+            ("In which year was it built?", "date"),
+            ("What year was it?", "date"),
+            ("When the team moved, who led it?", None),
+            ("How many times was he selected?", "number"),
+            ("How much does a night cost?", "number"),
+            ("What is the hotel limit?", None),
+            ("Where is it?", None),
+        ],
+    )
+    def test_the_kind_a_question_asks_for(self, question, kind):
+        assert question_kind(question) == kind
+
+    @pytest.mark.parametrize(
+        ("kind", "question", "answer"),
+        [
+            ("yes_no", "Is the limit above EUR 5,000?", "No, it is EUR 5,000 exactly."),
+            ("yes_no", "Is the limit above EUR 5,000?", "The limit is not above EUR 5,000."),
+            ("yes_no", "Are Nolan and Kalathil both film directors?", "Both are film directors [1][2]."),
+            ("name", "Who is his godfather?", "Telemann."),
+            ("name", "Who wrote the song?", "Jack Owens wrote it."),
+            ("date", "When does monsoon season happen in New Delhi?", "In the middle of the summer."),
+            ("date", "When did Maryland make anglicanism its established religion?", "With the Toleration Act."),
+            ("date", "When was the band formed?", "In the late 1990s."),
+            ("number", "How many times was he selected for the Pro Bowl?", "He was a two-time Pro Bowler."),
+            ("number", "How much does a night cost?", "Nothing: it is free, twice a year."),
+            ("date", "When was Acme founded?", "unknown"),
+            ("name", "Who founded Acme?", "The passages do not say."),
+        ],
+    )
+    def test_answers_of_the_asked_kind_written_as_people_write_them(self, kind, question, answer):
+        assert question_kind(question) == kind and gives_kind(kind, question, [answer])
+
+    @pytest.mark.parametrize(
+        ("question", "answer"),
+        [
+            ("Is the hotel limit EUR 5,000 per year?", "The hotel limit is EUR 5,000 per year [1]. So yes."),
+            ("Who approved the hotel limit in the Travel policy?", "The Travel policy approved it [1]."),
+            ("When was the EUR 5,000 hotel limit approved?", "The EUR 5,000 limit was approved [1]."),
+            ("How many euros is the EUR 5,000 hotel limit?", "The EUR 5,000 hotel limit is per year [1]."),
+        ],
+        ids=["yes_in_a_later_sentence", "name_from_the_question", "date_from_the_question", "number_from_the_question"],
+    )
+    def test_what_the_question_holds_or_a_later_sentence_says_does_not_count(self, question, answer):
+        out = _check(answer, [TRAVEL_DOC], question=question)
+        assert (out["answer_source"], out["reason"]) == ("extracted", "not_an_answer")
+
+    def test_without_passages_no_kind_is_required(self):
+        out = GroundingChecker(require_passages=False).run(
+            question="Is Paris the capital of France?", answer="Paris is the capital."
+        )
+        assert (out["answer"], out["answer_source"], out["reason"]) == ("Paris is the capital.", "model", None)
+        assert [v["verdict"] for v in out["verdicts"]] == ["kept"]
+
+
 # ---- every strategy that writes text --------------------------------------------------------------------------
 
 AGENT = r"Reply with JSON"
@@ -201,7 +323,9 @@ class Ask:
         self.documents = documents if documents is not None else [TRAVEL_DOC, MEALS_DOC]
         self.llm_class = llm_class
 
-    def run(self, answer: Answer, scope: AccessScope = ALICE) -> tuple[PipelineResult, ScriptedChatGenerator]:
+    def run(
+        self, answer: Answer, scope: AccessScope = ALICE, question: str = QUESTION
+    ) -> tuple[PipelineResult, ScriptedChatGenerator]:
         observed: list[str] = []  # what mspr and resp were given, in the order of their citations
 
         def final(prompt: str) -> str:
@@ -215,7 +339,7 @@ class Ask:
         def agent(prompt: str) -> str:
             seen(prompt)
             if "What the searches found" not in prompt:
-                return json.dumps({"thought": "t", "action": "search_primary", "action_input": QUESTION})
+                return json.dumps({"thought": "t", "action": "search_primary", "action_input": question})
             return json.dumps({"thought": "t", "action": "answer", "action_input": final("")})
 
         rules: list[tuple[str, Any]] = {
@@ -238,7 +362,7 @@ class Ask:
             pipeline = load_strategy(BM25_RAG, name="bm25_rag", source="bm25_rag.yaml", runtime=runtime)
         else:
             pipeline = build_pipeline(self.strategy, runtime)
-        return pipeline.run(QUESTION, scope), llm
+        return pipeline.run(question, scope), llm
 
 
 def _grounding(result: PipelineResult) -> dict[str, Any]:
@@ -303,6 +427,25 @@ class TestEveryStrategy:
         assert result.answer == "No passage that alice or everyone may read matches the question."
         assert result.answer_source == "none" and result.citations == []
         assert result.steps  # a trace: the access check
+
+
+@pytest.mark.parametrize("strategy", ["standard", "resp", "atrag"])
+@pytest.mark.parametrize(("kind", "question", "right", "wrong"), KINDS, ids=[k[0] for k in KINDS])
+class TestAnswerKindInStrategies:
+    def test_a_right_answer_of_the_asked_kind_stays_the_models(self, tmp_path, strategy, kind, question, right, wrong):
+        result, _ = Ask(tmp_path, strategy).run(_cite("hotel limit", right), question=question)
+        assert (result.answer, result.answer_source, result.answer_note) == (right.format(n=1), "model", None)
+        assert [c.document_id for c in result.citations] == ["travel"]
+        verdict = _grounding(result)["verdicts"][-1]
+        assert (verdict["verdict"], verdict["answers"]) == ("kept", kind)
+
+    def test_a_supported_answer_of_another_kind_is_replaced(self, tmp_path, strategy, kind, question, right, wrong):
+        result, _ = Ask(tmp_path, strategy).run(_cite("hotel limit", wrong), question=question)
+        assert result.answer_source == "extracted" and "not_an_answer" in result.answer_note
+        assert result.answer != wrong.format(n=1) and "EUR 5,000" in result.answer
+        grounding = _grounding(result)
+        assert grounding["reason"] == "not_an_answer"
+        assert grounding["verdicts"][-1]["verdict"] == "dropped" and grounding["verdicts"][-1]["answers"] == kind
 
 
 class EchoingStream(ScriptedChatGenerator):
