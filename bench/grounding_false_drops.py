@@ -7,25 +7,45 @@ against the question's supporting passages (numbered in sample order). A correct
 question's gold answer, written "The answer is <it> [n].") should not: the share replaced is the catch rate; only
 numbers, dates and names are checkable, so a wrong common noun passes. Deterministic, no model.
 
+The answer-kind rule (a yes/no question needs a yes or no, a Who question a name, a When question a date, a How
+many question a number; `docqa.checkable_facts.question_kind`) is counted on its own: every gold answer and alias
+of a question it applies to, in both forms, and each one it would drop is listed. With `--run`, the answers an
+earlier `docqa eval` run showed as the model's (the shown text, after that run's fact check) are checked by the rule
+too: how many it would replace, and how many of those were wrong (gold answer not contained, its `acc`). Without
+`--run`, the issue's packaged HotpotQA run is read when it exists.
+
 Usage:
-    python bench/grounding_false_drops.py [--limit 200]
+    python bench/grounding_false_drops.py [--limit 200] [--run RUN/hotpotqa/results.jsonl]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections import Counter
 from itertools import pairwise
+from pathlib import Path
 
 from haystack import Document
 
-from docqa.components.grounding_checker import GroundingChecker
+from docqa.checkable_facts import gives_kind, question_kind
+from docqa.components.grounding_checker import GroundingChecker, split_answer
 from docqa_eval.datasets import load_corpus, load_questions
+
+DEFAULT_RUN = Path("/tmp/g26-eval/runs/packaged/hotpotqa/results.jsonl")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=200, help="questions per dataset")
+    parser.add_argument(
+        "--run",
+        type=Path,
+        action="append",
+        default=None,
+        help="an eval run's results.jsonl whose model answers the answer-kind rule checks "
+        f"(default: {DEFAULT_RUN} when it exists)",
+    )
     args = parser.parse_args()
     checker = GroundingChecker()
     for dataset in ("musique", "hotpotqa"):
@@ -78,6 +98,61 @@ def main() -> None:
         for reason, example in examples.items():
             if reason != "kept":
                 print(f"  e.g. {reason}: {example}")
+        answer_kinds(dataset, questions)
+    runs = args.run if args.run is not None else [DEFAULT_RUN] if DEFAULT_RUN.exists() else []
+    for run in runs:
+        model_answers(run)
+
+
+def _kept(question: str, text: str) -> bool:
+    """Whether the answer-kind rule keeps an answer (True when no rule applies)."""
+    kind = question_kind(question)
+    return kind is None or gives_kind(kind, question, [s.text for s in split_answer(text)])
+
+
+def answer_kinds(dataset: str, questions: list) -> None:
+    """Gold answers (every alias, both forms) of the questions a rule applies to, and those it would drop."""
+    asked: Counter[str] = Counter()
+    dropped: Counter[str] = Counter()
+    drops = []
+    for question in questions:
+        kind = question_kind(question.question)
+        if kind is None:
+            continue
+        asked[kind] += 1
+        for answer in question.answers:
+            for text in (f"{answer}.", f"The answer is {answer} [1]."):
+                if not _kept(question.question, text):
+                    dropped[kind] += 1
+                    drops.append(f"{question.id} ({kind}): {question.question!r} -> {text!r}")
+    checked = sum(len(q.answers) * 2 for q in questions if question_kind(q.question))
+    print(
+        f"  answer-kind rule: {sum(asked.values())} of {len(questions)} questions ruled "
+        f"({', '.join(f'{k} {n}' for k, n in asked.most_common())}); gold answers dropped: "
+        f"{sum(dropped.values())} of {checked}"
+        + (f" ({', '.join(f'{k} {n}' for k, n in dropped.items())})" if dropped else "")
+    )
+    for drop in drops:
+        print(f"    dropped: {drop}")
+
+
+def model_answers(run: Path) -> None:
+    """The answers a run showed as the model's that the answer-kind rule would replace, and how many were wrong."""
+    rows = [json.loads(line) for line in run.read_text(encoding="utf-8").splitlines() if line.strip()]
+    shown = [r for r in rows if r.get("answer_source") == "model"]
+    replaced = [r for r in shown if not _kept(r["question"], r["prediction"] or "")]
+    wrong = [r for r in replaced if not r.get("acc")]
+    right_left = sum(bool(r.get("acc")) for r in shown if r not in replaced)
+    print(
+        f"{run}: {len(shown)} of {len(rows)} answers shown as the model's, {sum(bool(r.get('acc')) for r in shown)}"
+        f" right; the answer-kind rule replaces {len(replaced)}, {len(wrong)} of them wrong; left as the model's: "
+        f"{len(shown) - len(replaced)}, {right_left} right"
+    )
+    for row in replaced:
+        print(
+            f"  replaced ({'wrong' if not row.get('acc') else 'RIGHT'}, {row['trace_id']}): {row['question']!r} -> "
+            f"{row['prediction'][:100]!r}"
+        )
 
 
 if __name__ == "__main__":
