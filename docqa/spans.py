@@ -16,6 +16,10 @@ Usage:
         span.set_content_tag(STEP_OUTPUT, {"node": node.to_dict()})
     step_index(span)  # the audit trail's index of that step, or None outside a recorded run
 
+    node = OpenStep.open("tree_node", "contre_node 0.1", inputs={"sub_question": q})  # open over later runs
+    node.call(judge, passages)                        # work of the step, in a later component run
+    node.close({"node": node_dict})
+
     with llm_call_span(prompt, purpose="answer") as call:
         reply = generator.run(messages=[ChatMessage.from_user(prompt)])["replies"][0]
         call.finish(reply.text, model=reply.meta.get("model"), prompt_tokens=12, completion_tokens=3)
@@ -25,9 +29,9 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from typing import Any, TypeVar
 
 from haystack import tracing
 from haystack.tracing import Span
@@ -72,6 +76,69 @@ def step_span(kind: str, name: str, inputs: Mapping[str, Any] | None = None,
         if inputs is not None:
             span.set_content_tag(STEP_INPUT, dict(inputs))
         yield span
+
+
+T = TypeVar("T")
+
+
+class OpenStep:
+    """A step span held open across component runs: e.g. a tree node's, from its verification to its plan, over
+    the graph's retrieval of its query in between. The tracer closes a span in the context it was opened in, so
+    that context is kept with it, and the step's later work is called in it (its model calls are then spans
+    under it, as in a `with step_span(...)` block).
+
+    A handle, not data: a copy (Haystack copies what one component run hands the next) is the same step. A run
+    that fails before `close` leaves the step unfinished, like any step a stopped run did not finish.
+    """
+
+    def __init__(self, context: contextvars.Context, stack: ExitStack, span: Span) -> None:
+        self._context = context
+        self._stack = stack
+        self.span = span
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> OpenStep:
+        return self
+
+    @classmethod
+    def open(cls, kind: str, name: str, inputs: Mapping[str, Any] | None = None,
+             parent: Span | None = None) -> OpenStep:
+        """Open a step span (see `step_span`) in a copy of the current context, and leave it open."""
+        context = contextvars.copy_context()
+        return context.run(cls._open, context, kind, name, inputs, parent)
+
+    @classmethod
+    def _open(cls, context: contextvars.Context, kind: str, name: str, inputs: Mapping[str, Any] | None,
+              parent: Span | None) -> OpenStep:
+        with ExitStack() as stack:
+            span = stack.enter_context(step_span(kind, name, inputs=inputs, parent=parent))
+            return cls(context, stack.pop_all(), span)
+
+    def call(self, work: Callable[..., T], *args: Any) -> T:
+        """Do work of the step, in its context (one thread at a time)."""
+        return self._context.run(work, *args)
+
+    def close(self, outputs: Mapping[str, Any], error: BaseException | None = None) -> None:
+        """Set the step's outputs and close its span; `error` is what ended it, recorded on the step."""
+
+        def close() -> None:
+            self.span.set_content_tag(STEP_OUTPUT, dict(outputs))
+            if error is None:
+                self._stack.close()
+            else:
+                self._stack.__exit__(type(error), error, error.__traceback__)
+
+        self._context.run(close)
+
+    def finish(self, work: Callable[..., T], outputs: Callable[[], Mapping[str, Any]], *args: Any) -> T:
+        """Do the step's last work in its context, then set its `outputs()` and close it (with the error of
+        `work` when it raised)."""
+        try:
+            result = self.call(work, *args)
+        except BaseException as exc:
+            self.close(outputs(), error=exc)
+            raise
+        self.close(outputs())
+        return result
 
 
 def step_index(span: Span | None) -> int | None:
