@@ -1,16 +1,18 @@
-"""ConTRe's top-down half: plan sub-questions, verify them in two steps, retrieve, and recurse to a bounded depth."""
+"""ConTRe's top-down half: plan sub-questions, verify them in two steps around the retrievals the graph runs for
+them, and recurse to a bounded depth."""
 
 from __future__ import annotations
 
 import re
 import threading
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.core.serialization import component_to_dict
 from haystack.tracing import Span
-from haystack.utils import deserialize_chatgenerator_inplace, deserialize_component_inplace
+from haystack.utils import deserialize_chatgenerator_inplace
 
 from docqa.components.context_tree import (
     ACCEPTED,
@@ -28,7 +30,7 @@ from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.llm.calls import ChatGenerator, generate_json
 from docqa.recording import run_concurrently
 from docqa.run_control import LLMBudgetExceededError, current_run
-from docqa.spans import STEP_INPUT, STEP_OUTPUT, step_index, step_span
+from docqa.spans import STEP_INPUT, OpenStep, step_index
 
 MAX_SUB_QUESTION_CHARS = 300
 PLAN_ITEM_CHARS = 160
@@ -76,6 +78,13 @@ class CallBudget:
         self.exhausted = False
         self._lock = threading.Lock()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> CallBudget:
+        # Haystack copies the loop state at every hop; a lock cannot be copied, so the copy gets its own.
+        with self._lock:
+            copied = CallBudget(self.total)
+            copied.used, copied.reserved, copied.exhausted = self.used, self.reserved, self.exhausted
+            return copied
+
     def take(self, calls: int = 1, reserve: int = 0) -> bool:
         """Spend `calls` now and keep `reserve` for later; False (and exhausted) when that would overspend."""
         with self._lock:
@@ -93,6 +102,34 @@ class CallBudget:
     def stop(self) -> None:
         with self._lock:
             self.exhausted = True
+
+
+@dataclass(frozen=True)
+class ExpansionState:
+    """What the expander carries from one of its runs to the next for one question: the tree so far, its call
+    budget, the nodes of the current level to retrieve for, in order, each with its open step, and the documents
+    retrieved so far for the first of them (the next query is the next node's).
+
+    Haystack copies it at every hop like any other value (the tree and the budget copy themselves; an open step
+    is a handle, the same step in every copy); each run works on its own copy and hands a new state on.
+    """
+
+    tree: ContextTree
+    budget: CallBudget
+    level: tuple[tuple[str, OpenStep], ...] = ()
+    retrieved: tuple[tuple[Document, ...], ...] = ()
+
+    @property
+    def next_node(self) -> str | None:
+        """The node whose query is retrieved for next, None when the level's retrievals are all in."""
+        return self.level[len(self.retrieved)][0] if len(self.retrieved) < len(self.level) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Compact form for the trace: the nodes are in their steps, the documents in the retrievals."""
+        return {"retrieving_for": self.next_node, "level": [node_id for node_id, _ in self.level],
+                "retrieved": {node_id: [doc.id for doc in docs]
+                              for (node_id, _), docs in zip(self.level, self.retrieved, strict=False)},
+                "nodes": len(self.tree.nodes), "llm_calls": self.budget.used, "budget": self.budget.total}
 
 
 def _clean_sub_question(text: Any) -> str:
@@ -113,7 +150,7 @@ def _content_words(text: str) -> set[str]:
 @component
 class ConTReTreeExpander:
     """
-    Builds ConTReGen's context tree top-down (the retrieval half, ConTRe).
+    Builds ConTReGen's context tree top-down (the retrieval half, ConTRe), in a loop with a retriever node.
 
     The question is retrieved for; a planner reads it with those passages and proposes up to `max_breadth`
     sub-questions, one facet each. Each sub-question is verified in two steps: (i) is it needed for its parent?
@@ -122,17 +159,32 @@ class ConTReTreeExpander:
     Verification (ii) judges a node's passages in one call, not one call per passage. Passages already in the
     tree are not judged again: a node that brings nothing new stops there.
 
+    The retrieval is not done here but by the graph: each run emits a `query` (with the loop `state`) for the
+    retriever node, whose `documents` come back with the state. The first run asks for the question's passages;
+    then, level by level, every node of the level is verified (i) concurrently, its query is retrieved for (one
+    loop round each), and the level's passages are judged and planned from concurrently. The last run emits the
+    `tree` and its `documents`. The caller's `filters` go to the retriever node from docqa, as to this one.
+
     Bounded: depth, breadth and a total LLM call budget (the smaller of `max_llm_calls` and what the run may still
     spend), one call of which is kept per accepted node for its summary. When the budget ends the expansion the
-    tree so far is returned with `stop_reason="llm_budget"`. Sibling branches of one level run concurrently on at
-    most `concurrency` threads. Every retrieval takes the caller's `filters`. Each node is a span (`docqa.tree_node`,
+    tree so far is returned with `stop_reason="llm_budget"`. Sibling nodes' calls run concurrently on at most
+    `concurrency` threads; `runs_per_question` bounds the loop's rounds. Each node is a span (`docqa.tree_node`,
     so a step of the trace) whose parent is its parent node's span, with its verdicts, kept and dropped passages;
-    its model calls are spans under it.
+    its model calls are spans under it. A node's span is open from its verification (i) to its plan, over the
+    graph's retrieval of its query (an `OpenStep`).
 
-    Usage example:
+    Usage example (the graph is `docqa.pipelines.contregen.contre_graph`):
     ```python
-    expander = ConTReTreeExpander(chat_generator=OpenAIChatGenerator(...), retriever=HybridRetriever(...))
-    out = expander.run(query="How does Noork's view of the war change?", filters=restrict(scope, None))
+    pipeline = Pipeline(max_runs_per_component=expander.runs_per_question())
+    pipeline.add_component("contre_tree_expander", ConTReTreeExpander(chat_generator=OpenAIChatGenerator(...)))
+    pipeline.add_component("hybrid_retriever", HybridRetriever(...))
+    pipeline.add_component("expansion_state", BranchJoiner(ExpansionState))
+    pipeline.connect("contre_tree_expander.query", "hybrid_retriever.query")
+    pipeline.connect("hybrid_retriever.documents", "contre_tree_expander.documents")
+    pipeline.connect("contre_tree_expander.state", "expansion_state.value")
+    pipeline.connect("expansion_state.value", "contre_tree_expander.state")
+    out = pipeline.run({"contre_tree_expander": {"query": question, "filters": filters},
+                        "hybrid_retriever": {"filters": filters}})["contre_tree_expander"]
     out["tree"].to_dict()["nodes"], out["documents"]
     ```
     """
@@ -142,7 +194,6 @@ class ConTReTreeExpander:
     def __init__(
         self,
         chat_generator: ChatGenerator,
-        retriever: Any,
         *,
         max_depth: int = 2,
         max_breadth: int = 5,
@@ -156,17 +207,16 @@ class ConTReTreeExpander:
     ) -> None:
         """
         :param chat_generator: Any Haystack chat generator; the "planner" role in docqa.
-        :param retriever: A component with `run(query, filters) -> {"documents": [...]}`.
         :param max_depth: Levels of sub-questions below the question (the paper uses 2).
         :param max_breadth: Sub-questions kept per plan (the paper plans 5).
         :param max_llm_calls: Calls this question may make in all, expansion and synthesis together.
-        :param concurrency: Branches expanded at once.
+        :param concurrency: Nodes whose calls run at once.
         :param max_passage_chars: Characters of each passage shown in a prompt.
         :param plan_tokens: Token cap of one plan.
         :param plan_template: Jinja2 template (`question`, `parent`, `passages`, `max_sub_questions`).
         :param verify_template: Jinja2 template (`question`, `parent`, `sub_question`).
         :param relevance_template: Jinja2 template (`question`, `query`, `passages`).
-        :raises ValueError: a bound out of range, or a retriever without `run`.
+        :raises ValueError: a bound out of range.
         """
         for name, value, ceiling in (("max_depth", max_depth, MAX_DEPTH), ("max_breadth", max_breadth, MAX_BREADTH),
                                      ("concurrency", concurrency, MAX_CONCURRENCY)):
@@ -174,10 +224,7 @@ class ConTReTreeExpander:
                 raise ValueError(f"{name} must be between 1 and {ceiling}")
         if max_llm_calls < 1 or max_passage_chars < 50 or plan_tokens < 16:
             raise ValueError("max_llm_calls, max_passage_chars and plan_tokens must be positive (and usable)")
-        if not callable(getattr(retriever, "run", None)):
-            raise ValueError("retriever must be a component with a run() method")
         self.chat_generator = chat_generator
-        self.retriever = retriever
         self.max_depth = max_depth
         self.max_breadth = max_breadth
         self.max_llm_calls = max_llm_calls
@@ -188,30 +235,48 @@ class ConTReTreeExpander:
         self.verify_template = verify_template or load_prompt("contregen_verify")
         self.relevance_template = relevance_template or load_prompt("contregen_relevance")
 
-    def warm_up(self) -> None:
-        if hasattr(self.retriever, "warm_up"):
-            self.retriever.warm_up()
+    def runs_per_question(self) -> int:
+        """Runs of the expander (and of its retriever) one question needs at most, the graph's
+        `max_runs_per_component`: the start, then one after each retrieval, the question's and one per node
+        verified as needed, which costs a call of the budget and is a node of the bounded tree."""
+        nodes = sum(self.max_breadth**depth for depth in range(1, self.max_depth + 1))
+        return 2 + min(self.max_llm_calls, nodes)
 
-    @component.output_types(tree=ContextTree, documents=list[Document])
-    def run(self, query: str, filters: dict[str, Any] | None = None) -> dict[str, Any]:
+    @component.output_types(query=str, state=ExpansionState, tree=ContextTree, documents=list[Document])
+    def run(self, query: str, filters: dict[str, Any] | None = None, state: ExpansionState | None = None,
+            documents: list[Document] | None = None) -> dict[str, Any]:
         """
         :param query: The question.
-        :param filters: The caller's access filters, applied to every retrieval in every branch.
-        :returns: The `tree` (its `stop_reason` says why the expansion ended) and its deduplicated `documents`.
+        :param filters: The caller's access filters (the retriever node takes them too); shown in the node steps.
+        :param state: The loop state sent with the last `query`; None on the first run.
+        :param documents: The retriever's documents for that `query`.
+        :returns: The next `query` to retrieve for with the `state`, or, when the expansion ends, the `tree` (its
+            `stop_reason` says why) and its deduplicated `documents`.
+        :raises ValueError: a state without the documents of its retrieval (a mis-wired graph).
         """
-        tree = ContextTree(question=query)
-        budget = CallBudget(self._call_budget())
-        tree.budget = budget.total
-        root = tree.add_node(None, query)
-        if budget.total < 1:
-            budget.stop()
-        spans: dict[str, Span] = {}  # each node's span, the parent of its children's
-        self._expand_root(tree, root, filters, budget, spans)
-        frontier = [tree.nodes[child] for child in root.children]
-        while frontier:
-            run_concurrently(*[partial(self._grow, tree, node, filters, budget, spans) for node in frontier],
+        if state is None:
+            return self._start(query, filters)
+        if documents is None or state.next_node is None:
+            raise ValueError("the expander got its state back without the documents retrieved for its query")
+        state = replace(state, retrieved=(*state.retrieved, tuple(documents)))
+        tree, budget = state.tree, state.budget
+        if state.next_node is not None:  # the level's next retrieval, one loop round each
+            return {"query": tree.nodes[state.next_node].query, "state": state}
+        if state.level[0][0] == tree.root.id:
+            root = state.level[0][1]
+            root.finish(self._expand_root, lambda: {"node": tree.root.to_dict()}, tree, list(state.retrieved[0]),
+                        budget)
+        else:
+            run_concurrently(*[partial(self._judge, tree, tree.nodes[node_id], step, list(docs), budget)
+                               for (node_id, step), docs in zip(state.level, state.retrieved, strict=True)],
                              max_workers=self.concurrency)
-            frontier = [tree.nodes[child] for node in frontier for child in node.children]
+        spans = {node_id: step.span for node_id, step in state.level}  # the parents of the next level's spans
+        frontier = [tree.nodes[child] for node_id, _ in state.level for child in tree.nodes[node_id].children]
+        opened = run_concurrently(*[partial(self._verify, tree, node, filters, budget, spans.get(node.parent or "0"))
+                                    for node in frontier], max_workers=self.concurrency)
+        level = tuple((node.id, step) for node, step in zip(frontier, opened, strict=True) if step is not None)
+        if level:
+            return {"query": tree.nodes[level[0][0]].query, "state": ExpansionState(tree, budget, level)}
         if not tree.documents:
             tree.stop_reason = STOP_NO_PASSAGES
         elif budget.exhausted:
@@ -219,6 +284,18 @@ class ConTReTreeExpander:
         else:
             tree.stop_reason = STOP_TREE_COMPLETE
         return {"tree": tree, "documents": list(tree.documents.values())}
+
+    def _start(self, question: str, filters: dict[str, Any] | None) -> dict[str, Any]:
+        tree = ContextTree(question=question)
+        budget = CallBudget(self._call_budget())
+        tree.budget = budget.total
+        root = tree.add_node(None, question)
+        if budget.total < 1:
+            budget.stop()
+        # The root's step is open over the retrieval for the question, like every node's over its query's.
+        step = OpenStep.open("tree_node", "contre_node 0", inputs={"query": root.query, "filters": filters})
+        root.step = step_index(step.span)
+        return {"query": root.query, "state": ExpansionState(tree, budget, ((root.id, step),))}
 
     # ---- budget -------------------------------------------------------------------------------------------
 
@@ -248,56 +325,53 @@ class ConTReTreeExpander:
 
     # ---- nodes --------------------------------------------------------------------------------------------
 
-    def _retrieve(self, query: str, filters: dict[str, Any] | None) -> list[Document]:
-        return list(self.retriever.run(query=query, filters=filters)["documents"])
+    def _expand_root(self, tree: ContextTree, documents: list[Document], budget: CallBudget) -> None:
+        root = tree.root
+        documents, _ = tree.new_documents(documents)
+        # The question's own passages are kept unjudged: they were retrieved for the question itself.
+        tree.keep(root, documents)
+        if documents:
+            self._plan(tree, root, documents, budget)
 
-    def _expand_root(self, tree: ContextTree, root: TreeNode, filters: dict[str, Any] | None,
-                     budget: CallBudget, spans: dict[str, Span]) -> None:
-        with step_span("tree_node", "contre_node 0", inputs={"query": root.query, "filters": filters}) as span:
-            spans[root.id] = span
-            root.step = step_index(span)
-            try:
-                documents, _ = tree.new_documents(self._retrieve(root.query, filters))
-                # The question's own passages are kept unjudged: they were retrieved for the question itself.
-                tree.keep(root, documents)
-                if documents:
-                    self._plan(tree, root, documents, budget)
-            finally:
-                span.set_content_tag(STEP_OUTPUT, {"node": root.to_dict()})
+    def _verify(self, tree: ContextTree, node: TreeNode, filters: dict[str, Any] | None, budget: CallBudget,
+                parent_span: Span | None) -> OpenStep | None:
+        """Open the node's step and verify the node (i); its step, left open, when its query is to be retrieved
+        for (the node's later work is done in it)."""
+        step = OpenStep.open("tree_node", f"contre_node {node.id}", inputs={"sub_question": node.sub_question},
+                             parent=parent_span)
+        node.step = step_index(step.span)
+        try:
+            needed = step.call(self._verify_needed, tree, node, tree.nodes[node.parent or "0"], filters, budget,
+                               step.span)
+        except BaseException as exc:
+            step.close({"node": node.to_dict()}, error=exc)
+            raise
+        if needed:
+            return step
+        step.close({"node": node.to_dict()})
+        return None
 
-    def _grow(self, tree: ContextTree, node: TreeNode, filters: dict[str, Any] | None, budget: CallBudget,
-              spans: dict[str, Span]) -> None:
-        parent = tree.nodes[node.parent or "0"]
-        with step_span("tree_node", f"contre_node {node.id}", inputs={"sub_question": node.sub_question},
-                       parent=spans.get(parent.id)) as span:
-            spans[node.id] = span
-            node.step = step_index(span)
-            try:
-                self._verify_and_retrieve(tree, node, parent, filters, budget, span)
-            finally:
-                span.set_content_tag(STEP_OUTPUT, {"node": node.to_dict()})
-
-    def _verify_and_retrieve(self, tree: ContextTree, node: TreeNode, parent: TreeNode,
-                             filters: dict[str, Any] | None, budget: CallBudget, span: Span) -> None:
+    def _verify_needed(self, tree: ContextTree, node: TreeNode, parent: TreeNode, filters: dict[str, Any] | None,
+                       budget: CallBudget, span: Span) -> bool:
         # Verification (i): needed for the parent? then a self-contained query.
         if not budget.take():
             node.status = SKIPPED_BUDGET
-            return
+            return False
         prompt = render_prompt(self.verify_template, question=tree.question, parent=parent.sub_question,
                                sub_question=node.sub_question)
         called, verdict = self._ask_json(tree, budget, prompt, VERIFY_SCHEMA, name="verify", max_tokens=128,
                                          node=node)
         if not called:
             node.status = SKIPPED_BUDGET
-            return
+            return False
         needed = verdict.get("needed") if verdict else None
         if needed not in ("Yes", "No"):
             node.needed, node.status = "unreadable", REJECTED_UNREADABLE
-            return
+            return False
         node.needed = needed.lower()
         if needed == "No":
             node.status = REJECTED_NOT_NEEDED
-            return
+            return False
         query = _clean_sub_question(verdict.get("query") if verdict else None)
         # A rewrite sharing no word with what it rewrites is an echo of the prompt's instructions (small models
         # copy them): search with the sub-question as planned instead.
@@ -305,8 +379,17 @@ class ConTReTreeExpander:
             query = node.sub_question
         node.query = query
         span.set_content_tag(STEP_INPUT, {"sub_question": node.sub_question, "query": query, "filters": filters})
-        # Verification (ii): retrieve, keep what is new and judged relevant to the original question.
-        new, known = tree.new_documents(self._retrieve(query, filters))
+        return True
+
+    def _judge(self, tree: ContextTree, node: TreeNode, step: OpenStep, documents: list[Document],
+               budget: CallBudget) -> None:
+        """Verification (ii) of the passages retrieved for the node's query, then its plan; closes its step."""
+        step.finish(self._keep_relevant, lambda: {"node": node.to_dict()}, tree, node, documents, budget)
+
+    def _keep_relevant(self, tree: ContextTree, node: TreeNode, documents: list[Document],
+                       budget: CallBudget) -> None:
+        # Verification (ii): keep what is new and judged relevant to the original question.
+        new, known = tree.new_documents(documents)
         node.dropped.extend({"id": doc.id, "reason": "already in the tree"} for doc in known)
         if not new:
             node.status = REJECTED_NO_RELEVANT
@@ -315,7 +398,7 @@ class ConTReTreeExpander:
             node.status = SKIPPED_BUDGET
             node.dropped.extend({"id": doc.id, "reason": "not judged (LLM call budget)"} for doc in new)
             return
-        prompt = render_prompt(self.relevance_template, question=tree.question, query=query,
+        prompt = render_prompt(self.relevance_template, question=tree.question, query=node.query,
                                passages=self._passages(new))
         called, judged = self._ask_json(tree, budget, prompt, RELEVANCE_SCHEMA, name="relevance", max_tokens=64,
                                         node=node)
@@ -373,7 +456,6 @@ class ConTReTreeExpander:
         return default_to_dict(
             self,
             chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
-            retriever=component_to_dict(self.retriever, "retriever"),
             max_depth=self.max_depth,
             max_breadth=self.max_breadth,
             max_llm_calls=self.max_llm_calls,
@@ -388,5 +470,4 @@ class ConTReTreeExpander:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ConTReTreeExpander:
         deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
-        deserialize_component_inplace(data["init_parameters"], key="retriever")
         return default_from_dict(cls, data)

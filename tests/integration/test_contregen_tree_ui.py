@@ -56,8 +56,8 @@ def _trace(tmp_path: Path) -> dict:
         doc("storm", "The storm hit the harbour town at night and flooded the docks.", "Storm"),
         doc("boats", "Fishing boats were wrecked by the storm waves.", "Boats"),
     ], top_k=1)
-    strategy = ConTReGenPipeline(ConTReTreeExpander(llm, retriever, max_depth=1),
-                                 ConTReGenSynthesizer(llm), top_k=1, max_question_chars=500)
+    strategy = ConTReGenPipeline(retriever, ConTReTreeExpander(llm, max_depth=1), ConTReGenSynthesizer(llm), top_k=1,
+                                 max_question_chars=500)
     scope = AccessScope("acme", frozenset({"alice"}))
     result = strategy.run(QUESTION, scope)
     settings = Settings(data_dir=tmp_path / "data")

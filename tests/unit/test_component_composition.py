@@ -82,14 +82,8 @@ def hidden_runs() -> list[Call]:
     return [call for call in calls if not _is_super_component(call.module, call.cls)]
 
 
-# Still open (#27): ConTReGen's tree expansion retrieves inside its branch threads, between a node's verification
-# and its relevance call, siblings concurrently; its move into a loop of the ConTReGen graph is the remaining
-# step. Listed so that no other case can be added, and so that this entry must go when it is fixed.
-OPEN = [("contre_tree_expander", "ConTReTreeExpander", "self.retriever.run")]
-
-
 def test_no_component_runs_another_component_except_a_super_component() -> None:
-    assert [(call.module, call.cls, call.code) for call in hidden_runs()] == OPEN
+    assert [(call.module, call.cls, call.code) for call in hidden_runs()] == []
 
 
 def test_the_scan_finds_a_component_hidden_inside_another() -> None:

@@ -139,10 +139,10 @@ def _retriever(top_k: int = 1) -> KeywordRetriever:
 def _contregen(script: Script, retriever: KeywordRetriever, *, top_k: int = 1, max_depth: int = 2,
                max_breadth: int = 5, max_llm_calls: int = 64, concurrency: int = 2) -> ConTReGenPipeline:
     retriever.top_k = top_k
-    expander = ConTReTreeExpander(script.llm, retriever, max_depth=max_depth, max_breadth=max_breadth,
+    expander = ConTReTreeExpander(script.llm, max_depth=max_depth, max_breadth=max_breadth,
                                   max_llm_calls=max_llm_calls, concurrency=concurrency)
-    return ConTReGenPipeline(expander, ConTReGenSynthesizer(script.llm, concurrency=concurrency), top_k=top_k,
-                             max_question_chars=500)
+    return ConTReGenPipeline(retriever, expander, ConTReGenSynthesizer(script.llm, concurrency=concurrency),
+                             top_k=top_k, max_question_chars=500)
 
 
 def _nodes(result: Any) -> dict[str, dict[str, Any]]:
@@ -301,7 +301,7 @@ class TestBudget:
         assert SKIPPED_BUDGET in statuses
         assert re.search(ANSWER, script.llm.calls[-1]["prompt"])
         assert result.answer.startswith("The storm flooded the town")
-        expansion = next(s for s in result.steps if s.name == "contre_tree_expander")
+        expansion = [s for s in result.steps if s.name == "contre_tree_expander"][-1]  # the loop's last round
         assert expansion.outputs["tree"]["budget"] == 6
         assert expansion.outputs["tree"]["stop_reason"] == STOP_LLM_BUDGET
 
@@ -329,6 +329,9 @@ class TestAccessAndTrace:
         result = _contregen(script, retriever, top_k=3).run(QUESTION, ALICE)
 
         assert len(retriever.calls) == 3  # the question and the two needed sub-questions
+        # Each retrieval is a run of the graph's retriever node, so a step of its own.
+        assert [s.inputs["query"] for s in result.steps if s.name == "hybrid_retriever"] == [
+            call["query"] for call in retriever.calls]
         assert all(call["filters"] == ALICE.to_filters() for call in retriever.calls)
         everything = json.dumps([s.to_dict() for s in result.steps]) + json.dumps(script.llm.calls)
         assert "Payroll" not in everything and "Other tenant" not in everything
@@ -339,8 +342,9 @@ class TestAccessAndTrace:
         result = _contregen(script, _retriever()).run(QUESTION, ALICE)
 
         by_name = {s.name: s for s in result.steps}
-        expander = by_name["contre_tree_expander"]
-        assert by_name["contre_node 0"].parent == expander.index
+        expander = by_name["contre_tree_expander"]  # the loop's last round, which emits the tree
+        first = next(s for s in result.steps if s.name == "contre_tree_expander")
+        assert by_name["contre_node 0"].parent == first.index
         assert by_name["contre_node 0.2"].parent == by_name["contre_node 0"].index
         assert by_name["contre_node 0.2.1"].parent == by_name["contre_node 0.2"].index
         rejected = by_name["contre_node 0.3"]
@@ -362,7 +366,7 @@ class TestConTRe:
     def test_returns_the_tree_and_its_passages_without_generating(self) -> None:
         script, retriever = Script(TWO_LEVELS), _retriever()
         retriever.top_k = 2
-        strategy = ConTRePipeline(ConTReTreeExpander(script.llm, retriever), top_k=2, max_question_chars=500)
+        strategy = ConTRePipeline(retriever, ConTReTreeExpander(script.llm), top_k=2, max_question_chars=500)
         result = strategy.run(QUESTION, ALICE)
 
         assert script.prompts(SUMMARY) == [] and script.prompts(ANSWER) == []
@@ -399,14 +403,17 @@ class TestRegistryAndYaml:
         copy, original = loaded.to_dict()["components"], built.pipeline.to_dict()["components"]
         assert {name: copy[name] for name in original} == original
         assert set(copy) - set(original) <= {"grounding"}
-        expander = loaded.get_component("contre_tree_expander")
-        assert (expander.max_depth, expander.max_breadth, expander.max_llm_calls, expander.retriever.top_k) == (
-            1, 4, 20, 3)
+        expander, retriever = loaded.get_component("contre_tree_expander"), loaded.get_component("hybrid_retriever")
+        assert (expander.max_depth, expander.max_breadth, expander.max_llm_calls, retriever.top_k) == (1, 4, 20, 3)
+        # The retrieval is a node of the graph, not a part of the expander.
+        assert "retriever" not in copy["contre_tree_expander"]["init_parameters"]
+        assert {"sender": "contre_tree_expander.query", "receiver": "hybrid_retriever.query"} in (
+            loaded.to_dict()["connections"])
 
     def test_the_export_loads_as_a_file_strategy_bound_to_the_runtime(self, tmp_path) -> None:
         runtime = Runtime(Settings(data_dir=tmp_path), chat_generator_factory=lambda role: ScriptedChatGenerator())
         text = export_strategy("contregen", runtime, top_k=2)
         strategy = load_strategy(text, name="copy", source="copy.yaml", runtime=runtime)
-        expander = strategy.pipeline.get_component("contre_tree_expander")
-        assert expander.retriever.bm25_retriever.document_store is runtime.document_store
+        retriever = strategy.pipeline.get_component("hybrid_retriever")
+        assert retriever.bm25_retriever.document_store is runtime.document_store
         assert set(strategy._outputs) == {"answer", "stop_reason", "cited_documents"}

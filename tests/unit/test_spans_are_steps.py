@@ -28,7 +28,7 @@ from docqa.pipelines.registry import build_pipeline
 from docqa.recording import StepRecorder
 from docqa.runtime import Runtime
 from docqa.settings import Settings
-from docqa.spans import LLM_CALL_SPAN, STEP_INDEX, STEP_NAME, STEP_PARENT
+from docqa.spans import LLM_CALL_SPAN, STEP_INDEX, STEP_NAME, STEP_PARENT, OpenStep, step_span
 from docqa.step_tracer import DocqaTracer, enable_step_tracing, installed_tracer, otel_tracer, record_steps
 from docqa.stores.factory import build_document_store
 from tests.support.hash_embedder import HashDocumentEmbedder, HashTextEmbedder
@@ -83,8 +83,9 @@ def _contregen() -> Any:
         (r"Summarise what the numbered passages", "The storm wrecked boats [1]."),
         (r"Write a complete, detailed answer", "The storm flooded the town [1].\n\nThe mayor opened shelters [3]."),
     ])
-    expander = ConTReTreeExpander(llm, retriever, max_depth=1, max_breadth=3, concurrency=2)
-    strategy = ConTReGenPipeline(expander, ConTReGenSynthesizer(llm, concurrency=2), top_k=1, max_question_chars=500)
+    expander = ConTReTreeExpander(llm, max_depth=1, max_breadth=3, concurrency=2)
+    strategy = ConTReGenPipeline(retriever, expander, ConTReGenSynthesizer(llm, concurrency=2), top_k=1,
+                                 max_question_chars=500)
     return strategy, "What happened to the harbour town during the storm?"
 
 
@@ -145,6 +146,36 @@ def test_contregen_tree_nodes_and_summaries_are_spans(exporter) -> None:
     by_name = {step.name: step for step in result.steps}
     assert by_name["contre_node 0.1"].parent == by_name["contre_node 0"].index
     assert by_name["contre_node 0"].outputs["node"]["step"] == by_name["contre_node 0"].index
+
+
+def test_a_step_held_open_across_runs_is_one_span_and_its_later_work_is_under_it(exporter) -> None:
+    recorder = StepRecorder()
+    with record_steps(recorder), tracing.tracer.trace("run"):
+        held = OpenStep.open("tree_node", "held", inputs={"q": 1})
+        with step_span("control", "between"):  # another step while it is open is not under it
+            pass
+
+        def later() -> str:
+            with step_span("summary", "inner"):
+                return "done"
+
+        assert held.finish(later, lambda: {"done": True}) == "done"
+        failing = OpenStep.open("tree_node", "failing", parent=held.span)
+
+        def fail() -> None:
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError, match="boom"):
+            failing.finish(fail, lambda: {"done": False})
+
+    steps = {step.name: step for step in recorder.steps}
+    assert (steps["held"].parent, steps["between"].parent) == (None, None)
+    assert steps["inner"].parent == steps["held"].index and steps["failing"].parent == steps["held"].index
+    assert steps["held"].outputs == {"done": True} and steps["held"].duration_s is not None
+    assert steps["failing"].error == "RuntimeError: boom" and steps["failing"].outputs == {"done": False}
+    spans = _step_spans(exporter.get_finished_spans())
+    assert [s.attributes[STEP_NAME] for s in spans] == [step.name for step in recorder.steps]
+    assert [s.attributes[STEP_PARENT] for s in spans] == [-1, -1, 0, 0]
 
 
 class _HashRuntime(Runtime):
