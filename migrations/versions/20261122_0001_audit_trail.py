@@ -17,13 +17,21 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from docqa.migrations.postgres import (
+    APPEND_ONLY_FUNCTION,
+    add_append_only_triggers,
+    append_only_function,
+    create_app_role,
+    drop_append_only_triggers,
+    grant_only,
+)
+
 revision: str = "0001_audit_trail"
 down_revision: str | Sequence[str] | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 TABLES = ("audit_traces", "audit_steps", "audit_anchors")
-APP_ROLE = "docqa_app"
 
 
 def upgrade() -> None:
@@ -88,52 +96,18 @@ def upgrade() -> None:
 
 
 def _protect_postgresql() -> None:
-    # Roles are cluster-wide: create the app role once, tolerating a concurrent migration doing the same.
-    op.execute(
-        f"""
-        DO $$ BEGIN
-            IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
-                CREATE ROLE {APP_ROLE} NOLOGIN;
-            END IF;
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-        END $$;
-        """
-    )
-    tables = ", ".join(TABLES)
-    op.execute(f"REVOKE ALL ON {tables} FROM PUBLIC")
-    op.execute(f"REVOKE ALL ON {tables} FROM {APP_ROLE}")
-    op.execute(f"GRANT SELECT, INSERT ON {tables} TO {APP_ROLE}")
-    op.execute(
-        """
-        CREATE FUNCTION docqa_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            IF TG_OP = 'DELETE' AND TG_TABLE_NAME IN ('audit_traces', 'audit_steps')
-               AND current_setting('docqa.audit_retention', true) = 'on' THEN
-                RETURN OLD;
-            END IF;
-            RAISE EXCEPTION 'audit rows are append-only: % on % rejected', TG_OP, TG_TABLE_NAME
-                USING ERRCODE = 'insufficient_privilege';
-        END
-        $$
-        """
-    )
+    create_app_role()
+    grant_only(", ".join(TABLES), "SELECT, INSERT")
+    append_only_function(("audit_traces", "audit_steps"), replace=False)
     for table in TABLES:
-        op.execute(
-            f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
-            "FOR EACH ROW EXECUTE FUNCTION docqa_audit_append_only()"
-        )
-        op.execute(
-            f"CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table} "
-            "FOR EACH STATEMENT EXECUTE FUNCTION docqa_audit_append_only()"
-        )
+        add_append_only_triggers(table)
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         for table in TABLES:
-            op.execute(f"DROP TRIGGER IF EXISTS {table}_no_truncate ON {table}")
-            op.execute(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
-        op.execute("DROP FUNCTION IF EXISTS docqa_audit_append_only()")
+            drop_append_only_triggers(table)
+        op.execute(f"DROP FUNCTION IF EXISTS {APPEND_ONLY_FUNCTION}()")
     op.drop_table("audit_anchors")
     op.drop_table("audit_steps")
     op.drop_index(op.f("ix_audit_traces_asked_at"), table_name="audit_traces")

@@ -16,24 +16,17 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from docqa.migrations.postgres import (
+    add_append_only_triggers,
+    append_only_function,
+    drop_append_only_triggers,
+    grant_only,
+)
+
 revision: str = "0005_audit_events"
 down_revision: str | Sequence[str] | None = "0004_tenant_scoped_users"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-APP_ROLE = "docqa_app"
-_TRIGGER_FUNCTION = """
-    CREATE OR REPLACE FUNCTION docqa_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF TG_OP = 'DELETE' AND TG_TABLE_NAME IN ({tables})
-           AND current_setting('docqa.audit_retention', true) = 'on' THEN
-            RETURN OLD;
-        END IF;
-        RAISE EXCEPTION 'audit rows are append-only: % on % rejected', TG_OP, TG_TABLE_NAME
-            USING ERRCODE = 'insufficient_privilege';
-    END
-    $$
-"""
 
 
 def upgrade() -> None:
@@ -60,25 +53,15 @@ def upgrade() -> None:
     op.create_index(op.f("ix_audit_events_action"), "audit_events", ["action"], unique=False)
     op.create_index(op.f("ix_audit_events_target"), "audit_events", ["target"], unique=False)
     if op.get_bind().dialect.name == "postgresql":
-        op.execute("REVOKE ALL ON audit_events FROM PUBLIC")
-        op.execute(f"REVOKE ALL ON audit_events FROM {APP_ROLE}")
-        op.execute(f"GRANT SELECT, INSERT ON audit_events TO {APP_ROLE}")
-        op.execute(_TRIGGER_FUNCTION.format(tables="'audit_traces', 'audit_steps', 'audit_events'"))
-        op.execute(
-            "CREATE TRIGGER audit_events_append_only BEFORE UPDATE OR DELETE ON audit_events "
-            "FOR EACH ROW EXECUTE FUNCTION docqa_audit_append_only()"
-        )
-        op.execute(
-            "CREATE TRIGGER audit_events_no_truncate BEFORE TRUNCATE ON audit_events "
-            "FOR EACH STATEMENT EXECUTE FUNCTION docqa_audit_append_only()"
-        )
+        grant_only("audit_events", "SELECT, INSERT")
+        append_only_function(("audit_traces", "audit_steps", "audit_events"))
+        add_append_only_triggers("audit_events")
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute("DROP TRIGGER IF EXISTS audit_events_no_truncate ON audit_events")
-        op.execute("DROP TRIGGER IF EXISTS audit_events_append_only ON audit_events")
-        op.execute(_TRIGGER_FUNCTION.format(tables="'audit_traces', 'audit_steps'"))
+        drop_append_only_triggers("audit_events")
+        append_only_function(("audit_traces", "audit_steps"))
     op.drop_index(op.f("ix_audit_events_target"), table_name="audit_events")
     op.drop_index(op.f("ix_audit_events_action"), table_name="audit_events")
     op.drop_index(op.f("ix_audit_events_tenant"), table_name="audit_events")

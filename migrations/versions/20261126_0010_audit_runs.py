@@ -17,12 +17,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from docqa.migrations.postgres import create_app_role, grant_only
+
 revision: str = "0010_audit_runs"
 down_revision: str | Sequence[str] | None = "0009_audit_tenant_seq"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-APP_ROLE = "docqa_app"
 
 
 def upgrade() -> None:
@@ -45,19 +45,8 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_audit_runs")),
     )
     if op.get_bind().dialect.name == "postgresql":
-        op.execute(
-            f"""
-            DO $$ BEGIN
-                IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
-                    CREATE ROLE {APP_ROLE} NOLOGIN;
-                END IF;
-            EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-            END $$;
-            """
-        )
-        op.execute("REVOKE ALL ON audit_runs FROM PUBLIC")
-        op.execute(f"REVOKE ALL ON audit_runs FROM {APP_ROLE}")
-        op.execute(f"GRANT SELECT, INSERT, DELETE ON audit_runs TO {APP_ROLE}")
+        create_app_role()
+        grant_only("audit_runs", "SELECT, INSERT, DELETE")
 
 
 def downgrade() -> None:
