@@ -106,9 +106,11 @@ class CallBudget:
 
 @dataclass(frozen=True)
 class ExpansionState:
-    """What the expander carries from one of its runs to the next for one question: the tree so far, its call
-    budget, the nodes of the current level to retrieve for, in order, each with its open step, and the documents
-    retrieved so far for the first of them (the next query is the next node's).
+    """What the expander carries from one of its runs to the next for one question: the tree so far and its call
+    budget; the `wave` of nodes verified as needed whose queries are retrieved for, one per round, each with its
+    open step, and the documents `retrieved` so far for the first of them; the nodes of the current level not
+    yet verified (`frontier`) and those judged (`judged`, whose children make the next level); the steps of the
+    level above (`parents`, the parents of the frontier's steps).
 
     Haystack copies it at every hop like any other value (the tree and the budget copy themselves; an open step
     is a handle, the same step in every copy); each run works on its own copy and hands a new state on.
@@ -116,19 +118,23 @@ class ExpansionState:
 
     tree: ContextTree
     budget: CallBudget
-    level: tuple[tuple[str, OpenStep], ...] = ()
+    wave: tuple[tuple[str, OpenStep], ...] = ()
     retrieved: tuple[tuple[Document, ...], ...] = ()
+    frontier: tuple[str, ...] = ()
+    judged: tuple[tuple[str, OpenStep], ...] = ()
+    parents: tuple[tuple[str, OpenStep], ...] = ()
 
     @property
     def next_node(self) -> str | None:
-        """The node whose query is retrieved for next, None when the level's retrievals are all in."""
-        return self.level[len(self.retrieved)][0] if len(self.retrieved) < len(self.level) else None
+        """The node whose query is retrieved for next, None when the wave's retrievals are all in."""
+        return self.wave[len(self.retrieved)][0] if len(self.retrieved) < len(self.wave) else None
 
     def to_dict(self) -> dict[str, Any]:
         """Compact form for the trace: the nodes are in their steps, the documents in the retrievals."""
-        return {"retrieving_for": self.next_node, "level": [node_id for node_id, _ in self.level],
+        return {"retrieving_for": self.next_node, "wave": [node_id for node_id, _ in self.wave],
                 "retrieved": {node_id: [doc.id for doc in docs]
-                              for (node_id, _), docs in zip(self.level, self.retrieved, strict=False)},
+                              for (node_id, _), docs in zip(self.wave, self.retrieved, strict=False)},
+                "frontier": list(self.frontier), "judged": [node_id for node_id, _ in self.judged],
                 "nodes": len(self.tree.nodes), "llm_calls": self.budget.used, "budget": self.budget.total}
 
 
@@ -161,9 +167,10 @@ class ConTReTreeExpander:
 
     The retrieval is not done here but by the graph: each run emits a `query` (with the loop `state`) for the
     retriever node, whose `documents` come back with the state. The first run asks for the question's passages;
-    then, level by level, every node of the level is verified (i) concurrently, its query is retrieved for (one
-    loop round each), and the level's passages are judged and planned from concurrently. The last run emits the
-    `tree` and its `documents`. The caller's `filters` go to the retriever node from docqa, as to this one.
+    then, level by level and `concurrency` nodes at a time in the order they were planned, the nodes are verified
+    (i) concurrently, the query of each needed one is retrieved for (one loop round each), and their passages are
+    judged and planned from concurrently. The last run emits the `tree` and its `documents`. The caller's
+    `filters` go to the retriever node from docqa, as to this one.
 
     Bounded: depth, breadth and a total LLM call budget (the smaller of `max_llm_calls` and what the run may still
     spend), one call of which is kept per accepted node for its summary. When the budget ends the expansion the
@@ -260,23 +267,34 @@ class ConTReTreeExpander:
             raise ValueError("the expander got its state back without the documents retrieved for its query")
         state = replace(state, retrieved=(*state.retrieved, tuple(documents)))
         tree, budget = state.tree, state.budget
-        if state.next_node is not None:  # the level's next retrieval, one loop round each
+        if state.next_node is not None:  # the wave's next retrieval, one loop round each
             return {"query": tree.nodes[state.next_node].query, "state": state}
-        if state.level[0][0] == tree.root.id:
-            root = state.level[0][1]
+        if state.wave[0][0] == tree.root.id:
+            root = state.wave[0][1]
             root.finish(self._expand_root, lambda: {"node": tree.root.to_dict()}, tree, list(state.retrieved[0]),
                         budget)
         else:
             run_concurrently(*[partial(self._judge, tree, tree.nodes[node_id], step, list(docs), budget)
-                               for (node_id, step), docs in zip(state.level, state.retrieved, strict=True)],
+                               for (node_id, step), docs in zip(state.wave, state.retrieved, strict=True)],
                              max_workers=self.concurrency)
-        spans = {node_id: step.span for node_id, step in state.level}  # the parents of the next level's spans
-        frontier = [tree.nodes[child] for node_id, _ in state.level for child in tree.nodes[node_id].children]
-        opened = run_concurrently(*[partial(self._verify, tree, node, filters, budget, spans.get(node.parent or "0"))
-                                    for node in frontier], max_workers=self.concurrency)
-        level = tuple((node.id, step) for node, step in zip(frontier, opened, strict=True) if step is not None)
-        if level:
-            return {"query": tree.nodes[level[0][0]].query, "state": ExpansionState(tree, budget, level)}
+        judged, frontier, parents = (*state.judged, *state.wave), state.frontier, state.parents
+        while True:
+            if not frontier:  # the level is done: its judged nodes' children are the next one
+                frontier = tuple(child for node_id, _ in judged for child in tree.nodes[node_id].children)
+                parents, judged = judged, ()
+                if not frontier:
+                    break
+            # Verified `concurrency` at a time, in order, each with its retrieval and judgement before the next
+            # ones: siblings take the call budget in the order they were planned.
+            batch, frontier = frontier[: self.concurrency], frontier[self.concurrency:]
+            spans = {node_id: step.span for node_id, step in parents}
+            opened = run_concurrently(*[partial(self._verify, tree, tree.nodes[node_id], filters, budget,
+                                                spans.get(tree.nodes[node_id].parent or "0")) for node_id in batch],
+                                      max_workers=self.concurrency)
+            wave = tuple((node_id, step) for node_id, step in zip(batch, opened, strict=True) if step is not None)
+            if wave:
+                return {"query": tree.nodes[wave[0][0]].query,
+                        "state": ExpansionState(tree, budget, wave, (), frontier, judged, parents)}
         if not tree.documents:
             tree.stop_reason = STOP_NO_PASSAGES
         elif budget.exhausted:
@@ -295,7 +313,7 @@ class ConTReTreeExpander:
         # The root's step is open over the retrieval for the question, like every node's over its query's.
         step = OpenStep.open("tree_node", "contre_node 0", inputs={"query": root.query, "filters": filters})
         root.step = step_index(step.span)
-        return {"query": root.query, "state": ExpansionState(tree, budget, ((root.id, step),))}
+        return {"query": root.query, "state": ExpansionState(tree, budget, wave=((root.id, step),))}
 
     # ---- budget -------------------------------------------------------------------------------------------
 
