@@ -305,6 +305,19 @@ class TestBudget:
         assert expansion.outputs["tree"]["budget"] == 6
         assert expansion.outputs["tree"]["stop_reason"] == STOP_LLM_BUDGET
 
+    def test_siblings_take_the_budget_in_plan_order_each_finished_before_the_next(self) -> None:
+        script, retriever = Script(TWO_LEVELS), _retriever()
+        result = _contregen(script, retriever, max_llm_calls=6, concurrency=1).run(QUESTION, ALICE)
+
+        # One node at a time: verified, retrieved for, judged and planned before its sibling is verified.
+        kinds = {PLAN: "plan", VERIFY: "verify", RELEVANCE: "relevance", SUMMARY: "summary", ANSWER: "answer"}
+        assert [next(k for p, k in kinds.items() if re.search(p, c["prompt"])) for c in script.llm.calls] == [
+            "plan", "verify", "relevance", "plan", "summary", "answer"]
+        assert [call["query"] for call in retriever.calls] == [
+            QUESTION, "How were the boats damaged? (after the storm)"]
+        assert {i: node["status"] for i, node in _nodes(result).items()} == {
+            "0": "root", "0.1": ACCEPTED, "0.2": SKIPPED_BUDGET, "0.3": SKIPPED_BUDGET}
+
     def test_the_runs_own_call_limit_bounds_the_tree_without_an_error(self) -> None:
         script = Script(TWO_LEVELS)
         control = RunControl(max_llm_calls=5, max_completion_tokens=1024, max_prompt_chars=100_000)
