@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
 
 from docqa.access import DEFAULT_COLLECTION, validate_access_meta
 from docqa.audit.timestamps import as_utc
@@ -90,33 +91,66 @@ def submit_job(
     except ValueError as exc:
         raise DocqaError(f"cannot ingest: {exc}") from exc
     collection = check_collection_name(collection)
-    job_id = str(uuid.uuid4())
     # An item's name is what citations show: the path below the folder given (or the file's or upload's name).
     files = [(str(path), label, path) for path, label in expand_labelled_paths(paths)]
     files += [(upload.source_id or upload.name, upload.name, upload) for upload in uploads]
-    queued: list[int] = []
     with job_sessions(settings).begin() as session:
-        job = IngestJob(id=job_id, tenant=tenant, access=sorted(set(access)), submitted_by=submitted_by,
-                        collection=collection)
-        session.add(job)
+        job = NewJob(session, tenant=tenant, access=sorted(set(access)), submitted_by=submitted_by,
+                     collection=collection)
         for position, (source_id, name, origin) in enumerate(files):
-            item = IngestItem(job_id=job_id, position=position, source_id=source_id, name=name, status=ITEM_QUEUED)
-            session.add(item)
+            item = job.add_item(position, source_id, name)
             try:
                 data = _read(origin, name, settings.max_file_bytes)
             except DocqaError as exc:
                 reason = exc.message.removeprefix(f"{source_id}: ").removeprefix(f"{name}: ")
                 item.move_to(ITEM_FAILED, reason=reason, code=exc.code)
                 continue
-            session.flush()
-            session.add(IngestPayload(item_id=item.id, data=data))
-            queued.append(item.id)
-        session.add(IngestJobEvent(job_id=job_id, event=EVENT_SUBMITTED,
-                                   detail={"files": len(files), "queued": len(queued), "by": submitted_by}))
-        if not queued:
-            finish_job_if_done(session, job_id)
+            job.queue(item, data)
+        queued = job.submitted(files=len(files), by=submitted_by)
     _dispatch(settings, queued, on_item)
-    return job_id
+    return job.id
+
+
+class NewJob:
+    """A job recorded in the caller's transaction: its items are added in order, those queued with their bytes;
+    `submitted` records the submission. `submit_job` and the sync engine (`docqa.sources.sync`) both queue jobs
+    through it, so a job and its history read the same whoever queued it.
+
+    Usage:
+        job = NewJob(session, tenant="acme", access=["everyone"], submitted_by="alice", collection="main")
+        job.queue(job.add_item(0, "a.txt", "a.txt"), data)
+        item_ids = job.submitted(files=1, by="alice")
+    """
+
+    def __init__(self, session: Session, *, tenant: str, access: list[str], submitted_by: str | None,
+                 collection: str, source_name: str | None = None) -> None:
+        self.session = session
+        self.id = str(uuid.uuid4())
+        self.queued: list[int] = []
+        session.add(IngestJob(id=self.id, tenant=tenant, access=access, submitted_by=submitted_by,
+                              collection=collection, source_name=source_name))
+
+    def add_item(self, position: int, source_id: str, name: str) -> IngestItem:
+        """A queued item, staged without its bytes (an item that turns out unreadable is moved to failed)."""
+        item = IngestItem(job_id=self.id, position=position, source_id=source_id, name=name, status=ITEM_QUEUED)
+        self.session.add(item)
+        return item
+
+    def queue(self, item: IngestItem, data: bytes) -> int:
+        """Store the item's bytes for the workers; returns its id."""
+        self.session.flush()
+        self.session.add(IngestPayload(item_id=item.id, data=data))
+        self.queued.append(item.id)
+        return item.id
+
+    def submitted(self, *, files: int, by: str | None, **detail: Any) -> list[int]:
+        """Record the submission (`detail` adds to the event); a job with nothing queued is finished at once.
+        Returns the queued item ids, to dispatch once the transaction has committed."""
+        self.session.add(IngestJobEvent(job_id=self.id, event=EVENT_SUBMITTED,
+                                        detail={"files": files, "queued": len(self.queued), "by": by, **detail}))
+        if not self.queued:
+            finish_job_if_done(self.session, self.id)
+        return self.queued
 
 
 def resume_job(settings: Settings, job_id: str, on_item: Callable[[ItemResult], None] | None = None) -> int:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -38,19 +37,8 @@ from docqa.access import validate_access_meta
 from docqa.conversion.converters import check_size, file_type_of
 from docqa.errors import DocqaError
 from docqa.ingestion.database import job_sessions
-from docqa.ingestion.models import (
-    EVENT_SUBMITTED,
-    ITEM_FAILED,
-    ITEM_FINAL,
-    ITEM_QUEUED,
-    ITEM_SKIPPED,
-    ITEM_WRITTEN,
-    IngestItem,
-    IngestJob,
-    IngestJobEvent,
-    IngestPayload,
-)
-from docqa.ingestion.processing import finish_job_if_done
+from docqa.ingestion.jobs import NewJob
+from docqa.ingestion.models import ITEM_FAILED, ITEM_FINAL, ITEM_SKIPPED, ITEM_WRITTEN, IngestItem
 from docqa.settings import Settings
 from docqa.sources.acl import AclMap, access_for
 from docqa.sources.definitions import get_source, next_run
@@ -342,11 +330,9 @@ def _ingest(run: _Run, works: list[_Work], say: Callable[[str], None]) -> None:
 def _queue_job(run: _Run, access: list[str], works: list[_Work]) -> list[int]:
     """One ingestion job for `works`, committed with their entries marked pending; returns its item ids."""
     source = run.source
-    job_id = str(uuid.uuid4())
-    queued: list[int] = []
     with run.sessions.begin() as session:
-        session.add(IngestJob(id=job_id, tenant=source.tenant, access=access, submitted_by=run.actor,
-                              collection=source.collection, source_name=source.name))
+        job = NewJob(session, tenant=source.tenant, access=access, submitted_by=run.actor,
+                     collection=source.collection, source_name=source.name)
         session.flush()
         for position, work in enumerate(works):
             key = work.item.key
@@ -364,21 +350,11 @@ def _queue_job(run: _Run, access: list[str], works: list[_Work]) -> list[int]:
                 entry.status, entry.reason = ENTRY_FAILED, reason.removeprefix(f"{work.item.name}: ")
                 run.fail(key, entry.reason)
                 continue
-            item = IngestItem(job_id=job_id, position=position, source_id=run.document_id(key),
-                              name=work.item.name, status=ITEM_QUEUED)
-            session.add(item)
-            session.flush()
-            session.add(IngestPayload(item_id=item.id, data=data))
+            entry.pending_item = job.queue(job.add_item(position, run.document_id(key), work.item.name), data)
             work.item.data = None  # the bytes are in the database now; keep memory flat over a large sync
-            entry.pending_item = item.id
             entry.pending_fingerprint = work.fingerprint or work.item.content_fingerprint()
             entry.pending_quick, entry.pending_access = work.item.quick, list(access)
-            queued.append(item.id)
-        session.add(IngestJobEvent(job_id=job_id, event=EVENT_SUBMITTED,
-                                   detail={"files": len(works), "queued": len(queued), "by": run.actor,
-                                           "source": source.name}))
-        if not queued:
-            finish_job_if_done(session, job_id)
+        queued = job.submitted(files=len(works), by=run.actor, source=source.name)
     return queued
 
 
