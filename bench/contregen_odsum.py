@@ -101,10 +101,12 @@ def rouge_l(prediction: str, reference: str) -> float:
 
 
 def context_ids(result: Any) -> set[str]:
-    """Ids of the passages a run kept as context: every retrieval's documents, or its context tree's."""
+    """Ids of the passages a run kept as context: every retrieval's documents, or its context tree's (a tree's
+    node searches are retrievals too, but only the passages judged relevant are in the tree)."""
+    tree = any(step.kind == "tree_expansion" for step in result.steps)
     ids: set[str] = set()
     for step in result.steps:
-        if step.kind in ("retrieval", "tree_expansion"):
+        if step.kind == ("tree_expansion" if tree else "retrieval"):
             ids.update(d["id"] for d in step.outputs.get("documents", []) if isinstance(d, dict) and "id" in d)
     return ids
 

@@ -109,9 +109,10 @@ class WordCounter:
 def score(record: EvalRecord, result: Any, question: EvalQuestion, words_of: WordCounter | None,
           recall_k: int | None = None) -> None:
     """Fill a record's answer, scores and cost from a PipelineResult, whatever the strategy."""
-    retrievals = [s for s in result.steps if s.kind == "retrieval"]
-    # ConTReGen retrieves inside its tree expansion: one retrieval per tree node, the tree's passages together.
+    # ConTReGen searches once per tree node, its retriever in a loop with its tree expansion: what it retrieved is
+    # the tree's passages (those judged relevant) and an iteration is a node, so its searches are not counted again.
     trees = [s for s in result.steps if s.kind == "tree_expansion"]
+    retrievals = [] if trees else [s for s in result.steps if s.kind == "retrieval"]
     retrieved = [d["id"] for s in [*retrievals, *trees] for d in s.outputs.get("documents", []) if isinstance(d, dict)]
     generations = [s for s in result.steps if s.kind in ("generation", "synthesis")]
     calls = generations[-1].outputs.get("llm_calls", []) if generations else []

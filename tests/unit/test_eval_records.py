@@ -221,12 +221,17 @@ def test_a_tree_strategys_passages_and_nodes_are_scored():
     from docqa.evaluation.runner import EvalRecord, score
     from docqa.result import PipelineResult, Step
 
-    # ConTReGen's shape: no "retrieval" step; the tree expansion holds the passages, one node per sub-question.
+    # ConTReGen's shape: a search per node in a loop with the tree expansion, whose last round holds the passages
+    # judged relevant, one node per sub-question.
     result = PipelineResult("contregen", "Who?", "Ann [1]", steps=[
-        Step(0, "tree_expansion", "contre_tree_expander", outputs={"documents": [{"id": "d1"}, {"id": "d3"}]}),
+        Step(0, "tree_expansion", "contre_tree_expander", outputs={"query": "Who?"}),
         Step(1, "tree_node", "contre_node 0", parent=0),
-        Step(2, "tree_node", "contre_node 0.1", parent=0),
-        Step(3, "synthesis", "contregen_synthesizer",
+        Step(2, "retrieval", "hybrid_retriever", outputs={"documents": [{"id": "d1"}, {"id": "d9"}]}),
+        Step(3, "tree_expansion", "contre_tree_expander", outputs={"query": "Whose?"}),
+        Step(4, "tree_node", "contre_node 0.1", parent=1),
+        Step(5, "retrieval", "hybrid_retriever", outputs={"documents": [{"id": "d3"}]}),
+        Step(6, "tree_expansion", "contre_tree_expander", outputs={"documents": [{"id": "d1"}, {"id": "d3"}]}),
+        Step(7, "synthesis", "contregen_synthesizer",
              outputs={"llm_calls": [{"prompt": "first draft"}, {"prompt": "write the answer now"}]}),
     ])
     record = EvalRecord("contregen", "q", "Who?", ["Ann"])
