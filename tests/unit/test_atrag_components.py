@@ -9,8 +9,9 @@ from haystack import Document
 from haystack.core.serialization import allow_deserialization_module
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-from docqa.components.answer_grader import AnswerGrader
+from docqa.components.answer_grader import AnswerGrader, GradeVerdict
 from docqa.components.cot_answer_generator import CoTAnswerGenerator, split_reasoning
+from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.components.query_rewriter import MAX_QUERY_CHARS, QueryRewriter
 from docqa.components.record_window_retriever import RecordWindowRetriever
 from docqa.components.time_scope_resolver import TimeScopeResolver, scope_filters
@@ -79,6 +80,54 @@ class TestAnswerGrader:
         llm = ScriptedChatGenerator(default="Yes")
         assert AnswerGrader(llm).run(question="q", answer="  ", documents=DOCS)["passed"] is False
         assert llm.calls == []
+
+    def test_prompts_and_calls_are_the_packaged_ones_rendered_as_before(self) -> None:
+        llm = ScriptedChatGenerator(default="Yes")
+        many = [Document(id=str(i), content="word\nword " * 50) for i in range(25)]
+        out = AnswerGrader(llm, max_documents=3, max_document_chars=40).run(question="q?", answer="a", documents=many)
+        assert out["passed"] is True
+        assert [call["prompt"] for call in llm.calls] == [
+            render_prompt(load_prompt("atrag_grade_grounded"), answer="a", documents=many[:3], max_document_chars=40),
+            render_prompt(load_prompt("atrag_grade_useful"), question="q?", answer="a"),
+        ]
+        assert [call["generation_kwargs"]["max_tokens"] for call in llm.calls] == [16, 16]
+        assert all(call["generation_kwargs"]["response_format"]["type"] == "json_schema" for call in llm.calls)
+
+    def test_a_deployer_template_is_used_and_round_trips(self, tmp_path: Path) -> None:
+        allow_deserialization_module("tests.support.*")
+        (tmp_path / "atrag_grade_useful.txt").write_text("USEFUL? {{ question }} / {{ answer }}")
+        llm = ScriptedChatGenerator(default="Yes")
+        grader = AnswerGrader(llm, useful_template=load_prompt("atrag_grade_useful", tmp_path), max_documents=4)
+        grader.run(question="q?", answer="a", documents=DOCS)
+        assert llm.calls[1]["prompt"] == "USEFUL? q? / a"
+        data = grader.to_dict()
+        assert data["init_parameters"]["useful_template"] == "USEFUL? {{ question }} / {{ answer }}"
+        again = AnswerGrader.from_dict(grader.to_dict())
+        assert (again.useful_template, again.grounded_template, again.max_documents, again.max_document_chars) == (
+            grader.useful_template, load_prompt("atrag_grade_grounded"), 4, 600)
+        assert again.to_dict() == grader.to_dict()
+
+    def test_its_inner_nodes_are_the_two_judgements_a_router_and_the_verdict(self) -> None:
+        grader = AnswerGrader(ScriptedChatGenerator(default="Yes"))
+        assert grader.step_kinds == {
+            "grade_grounded": "grade_check", "grade_grounded_prompt": "prompt", "grade_grounded_llm": "llm",
+            "grade_grounded_parser": "parse", "grade_router": "routing", "grade_useful": "grade_check",
+            "grade_useful_prompt": "prompt", "grade_useful_llm": "llm", "grade_useful_parser": "parse",
+            "grade_verdict": "grade_verdict"}
+
+    @pytest.mark.parametrize(
+        ("grounded", "useful", "expected"),
+        [
+            (False, None, (False, False, None, "the answer is not supported by the documents")),
+            (None, None, (False, None, None, "the grader could not tell whether the answer is supported")),
+            (True, None, (False, True, None, "the grader could not tell whether the answer addresses the question")),
+            (True, False, (False, True, False, "the answer does not address the question")),
+            (True, True, (True, True, True, "")),
+        ],
+    )
+    def test_the_verdict_step(self, grounded, useful, expected) -> None:
+        out = GradeVerdict().run(grounded=grounded, useful=useful)
+        assert (out["passed"], out["grounded"], out["useful"], out["feedback"]) == expected
 
 
 class TestQueryRewriter:

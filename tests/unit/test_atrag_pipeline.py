@@ -77,7 +77,8 @@ class TestGradedLoop:
         result = pipeline.run("What is the capital of France?", SCOPE)
         assert (result.answer, result.stop_reason) == ("Paris [1].", StopReason.ACCEPTED)
         # The topic-filtered retriever's parts are steps of their own (no topic model: nothing is embedded), and so
-        # are the answer generator's prompt, model call and parser.
+        # are the answer generator's prompt, model call and parser, and the grader's two judgements (each its prompt,
+        # model call and parser), the router that asks the second only of a grounded answer, and the verdict.
         assert [(s.kind, s.name) for s in result.steps] == [
             ("time_scope", "record_query_resolver"), ("control", "controller"), ("routing", "round_joiner"),
             ("routing", "round_query"), ("routing", "mode_router"), ("routing", "retrieved_joiner"),
@@ -85,7 +86,11 @@ class TestGradedLoop:
             ("component", "search"), ("component", "retriever"), ("component", "topic_check"),
             ("routing", "prompt_joiner"), ("reasoning", "cot_answer_generator"), ("prompt", "cot_answer_prompt"),
             ("generation", "cot_answer_llm"), ("parse", "cot_answer_parser"), ("grading", "answer_grader"),
-            ("control", "controller"), ("routing", "final_joiner"), ("record_table", "record_table"),
+            ("grade_check", "grade_grounded"), ("prompt", "grade_grounded_prompt"), ("llm", "grade_grounded_llm"),
+            ("parse", "grade_grounded_parser"), ("routing", "grade_router"), ("grade_check", "grade_useful"),
+            ("prompt", "grade_useful_prompt"), ("llm", "grade_useful_llm"), ("parse", "grade_useful_parser"),
+            ("grade_verdict", "grade_verdict"), ("control", "controller"), ("routing", "final_joiner"),
+            ("record_table", "record_table"),
             ("grounding", "grounding")]
         assert [c.document_id for c in result.citations] == ["d1"]
         assert _step(result, "retrieval").outputs["topic"]["mode"] == "no_topic_model"
@@ -111,6 +116,8 @@ class TestGradedLoop:
         assert ranked.queries == ["What is the capital of France?", "capital city France", "France capital"]
         grades = [s.outputs for s in result.steps if s.kind == "grading"]
         assert all(g["passed"] is False and g["grounded"] is False for g in grades)
+        # Usefulness is not asked of an unsupported answer: the grader's router sends it straight to the verdict.
+        assert [s.name for s in result.steps if s.kind == "grade_check"] == ["grade_grounded"] * 3
 
     def test_rewriter_repeating_itself_stops_early(self, tmp_path: Path) -> None:
         llm = ScriptedChatGenerator(rules=[(REWRITE, '{"query": "What is the capital of France?"}'), (GROUNDED, "No")],
