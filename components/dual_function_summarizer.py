@@ -1,25 +1,170 @@
-"""ReSP's summarizer: one pass over retrieved documents serves the question and the current sub-question."""
+"""ReSP's summarizer: one pass over retrieved documents serves the question and the current sub-question.
 
-from __future__ import annotations
+Two prompted LLM steps (`ChatPromptBuilder` -> model call -> typed parser) in one graph, so each summary, its
+prompt and its model call are steps and spans of their own:
 
+    summary_request --question, documents--------------> resp_global_evidence --summary--> memory_update
+    summary_request --sub_question, documents, memory---> resp_local_pathway --answer-----> memory_update
+
+`summary_request` sends the global evidence step its inputs whenever there are documents, and the local pathway
+step its inputs when there is a sub-question too; a step it sends nothing does not run (no model call).
+`memory_update` writes the iteration's entries to the memories. When both summaries are asked, the graph runs on
+Haystack's async scheduler, so the two independent model calls run at once (each step in a worker thread, in a copy
+of the caller's context, so its steps and calls stay in the caller's run); otherwise it runs as any graph does.
+"""
+
+import asyncio
+import contextvars
 import re
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from haystack import Document, component
+from haystack import Document, Pipeline, component, default_from_dict, default_to_dict
+from haystack.core.serialization import component_to_dict
+from haystack.core.super_component import SuperComponent
+from haystack.core.super_component.utils import _delegate_default
+from haystack.dataclasses import ChatMessage
+from haystack.utils import deserialize_chatgenerator_inplace
 
-from docqa.components.llm_serialization import ChatComponentSerialization
-from docqa.components.prompt_templates import load_prompt, render_prompt
+from docqa.components.prompt_templates import load_prompt
+from docqa.components.prompted_llm import PROMPT_KIND, PromptedLLM
+from docqa.components.reply_parsers import reply_text
 from docqa.components.resp_memory import GlobalEvidence, PathwayEntry, ReSPMemory
-from docqa.llm.calls import ChatGenerator, generate_text
-from docqa.recording import run_concurrently
 
 _DONE_MARKER = re.compile(r"\[\s*done\s*\]", re.IGNORECASE)
 _LEADING_LABEL = re.compile(r"^\s*(passage|response|summary|answer)\s*:\s*", re.IGNORECASE)
 _LEADING_YES = re.compile(r"^\W*yes\b[\s,.:;!-]*", re.IGNORECASE)
+MAX_ANSWER_WORDS = 60
+MEMORY_KIND = "memory"
 
 
 @component
-class DualFunctionSummarizer(ChatComponentSerialization):
+class SummaryRequest:
+    """
+    What the iteration's two summaries are asked: the global evidence whenever there are documents, the local
+    pathway when there is a sub-question too. An output left out starts nothing downstream.
+
+    Usage example:
+    ```python
+    SummaryRequest().run(question="Q?", documents=docs, memory=None, sub_question="S?")["sub_question"]  # "S?"
+    ```
+    """
+
+    @component.output_types(question=str, global_documents=list[Document], sub_question=str,
+                            local_documents=list[Document], memory=ReSPMemory)
+    def run(self, question: str, documents: list[Document], memory: ReSPMemory | None = None,
+            sub_question: str | None = None) -> dict[str, Any]:
+        """
+        :param question: The overarching question.
+        :param documents: This iteration's documents.
+        :param memory: The memories before this iteration (the local prompt shows them).
+        :param sub_question: The current sub-question; None when only global evidence is written.
+        :returns: the global step's `question` and `global_documents`, and the local step's `sub_question`,
+            `local_documents` and `memory`, each only when that step is to run.
+        """
+        if not documents:
+            return {}
+        out: dict[str, Any] = {"question": question, "global_documents": documents}
+        if sub_question is not None:
+            out.update(sub_question=sub_question, local_documents=documents, memory=memory or ReSPMemory())
+        return out
+
+
+@component
+class EvidenceSummaryParser:
+    """
+    Reads a global evidence summary: cut at the `[DONE]` marker, without a leading "Passage:"-like label, bounded
+    in words whatever the model writes.
+
+    Usage example:
+    ```python
+    EvidenceSummaryParser(150).run(replies=[ChatMessage.from_assistant("Passage: X. [DONE] Y")])  # {"summary": "X."}
+    ```
+    """
+
+    def __init__(self, max_summary_words: int = 150) -> None:
+        """:param max_summary_words: Words kept of a summary."""
+        self.max_summary_words = max_summary_words
+
+    @component.output_types(summary=str)
+    def run(self, replies: list[ChatMessage]) -> dict[str, Any]:
+        """
+        :param replies: the model's replies; the first is read.
+        :returns: `summary` ('' when the model said nothing usable).
+        """
+        text = _DONE_MARKER.split(reply_text(replies).strip(), maxsplit=1)[0]
+        text = _LEADING_LABEL.sub("", text.strip())
+        return {"summary": " ".join(text.split()[: self.max_summary_words])}
+
+
+@component
+class PathwayAnswerParser:
+    """
+    Reads a sub-question's answer: what follows a leading "Yes"; '' for "No", for an unreadable reply and for a
+    bare "Yes" (the answer then does not count).
+
+    Usage example:
+    ```python
+    PathwayAnswerParser().run(replies=[ChatMessage.from_assistant("Yes, Spielberg.")])  # {"answer": "Spielberg."}
+    ```
+    """
+
+    @component.output_types(answer=str)
+    def run(self, replies: list[ChatMessage]) -> dict[str, Any]:
+        """
+        :param replies: the model's replies; the first is read.
+        :returns: `answer`, at most `MAX_ANSWER_WORDS` words ('' when the documents did not answer).
+        """
+        text = reply_text(replies).strip()
+        if not _LEADING_YES.match(text):
+            return {"answer": ""}
+        return {"answer": " ".join(_LEADING_YES.sub("", text, count=1).split()[:MAX_ANSWER_WORDS])}
+
+
+@component
+class MemoryUpdate:
+    """
+    Writes one iteration's entries to the memories: the global evidence always (empty without documents), the
+    pathway entry when there was a sub-question (answered only with an answer after "Yes").
+
+    Usage example:
+    ```python
+    out = MemoryUpdate().run(question="Q?", documents=docs, iteration=1, summary="Spielberg directed Jaws.")
+    out["memory"], out["global_evidence"], out["pathway_entry"]  # ..., ..., None
+    ```
+    """
+
+    step_kind = MEMORY_KIND
+
+    @component.output_types(memory=ReSPMemory, global_evidence=GlobalEvidence, pathway_entry=PathwayEntry | None)
+    def run(self, question: str, documents: list[Document], memory: ReSPMemory | None = None,
+            sub_question: str | None = None, iteration: int = 1, summary: str | None = None,
+            answer: str | None = None) -> dict[str, Any]:
+        """
+        :param question: The overarching question.
+        :param documents: This iteration's documents.
+        :param memory: The memories so far; empty by default.
+        :param sub_question: The current sub-question (None: no pathway entry).
+        :param iteration: 1-based iteration number, kept in the entries.
+        :param summary: The global evidence summary; None when it was not asked (no documents).
+        :param answer: The sub-question's answer; None when it was not asked.
+        :returns: The updated `memory`, the new `global_evidence` entry and the new `pathway_entry` (or None).
+        """
+        ids = tuple(doc.id for doc in documents)
+        memory = (memory or ReSPMemory())
+        evidence = GlobalEvidence(iteration=iteration, query=question, summary=summary or "", document_ids=ids)
+        updated = memory.with_evidence(evidence)
+        entry = None
+        if sub_question is not None:
+            entry = PathwayEntry(iteration=iteration, sub_question=sub_question, answered=bool(answer),
+                                 answer=answer or "", document_ids=ids)
+            updated = updated.with_pathway(entry)
+        return {"memory": updated, "global_evidence": evidence, "pathway_entry": entry}
+
+
+@component
+class DualFunctionSummarizer(SuperComponent):
     """
     Writes ReSP's two memories from one iteration's documents.
 
@@ -37,12 +182,11 @@ class DualFunctionSummarizer(ChatComponentSerialization):
     ```
     """
 
-    serialized_parameters = ("global_template", "local_template", "max_summary_tokens", "max_answer_tokens",
-                             "max_summary_words")
+    step_kind = "summary"
 
     def __init__(
         self,
-        chat_generator: ChatGenerator,
+        chat_generator: Any,
         global_template: str | None = None,
         local_template: str | None = None,
         max_summary_tokens: int = 160,
@@ -67,53 +211,48 @@ class DualFunctionSummarizer(ChatComponentSerialization):
         self.max_summary_tokens = max_summary_tokens
         self.max_answer_tokens = max_answer_tokens
         self.max_summary_words = max_summary_words
+        global_step = PromptedLLM(
+            chat_generator, self.global_template, EvidenceSummaryParser(max_summary_words),
+            variables=["question", "documents"], outputs={"summary": "summary"}, max_tokens=max_summary_tokens,
+            purpose="resp_global_evidence",
+        )
+        local_step = PromptedLLM(
+            chat_generator, self.local_template, PathwayAnswerParser(),
+            variables=["sub_question", "documents", "memory"], outputs={"answer": "answer"},
+            max_tokens=max_answer_tokens, purpose="resp_local_pathway",
+        )
+        pipeline = Pipeline()
+        pipeline.add_component("summary_request", SummaryRequest())
+        pipeline.add_component("resp_global_evidence", global_step)
+        pipeline.add_component("resp_local_pathway", local_step)
+        pipeline.add_component("memory_update", MemoryUpdate())
+        for sender, receiver in (
+            ("summary_request.question", "resp_global_evidence.question"),
+            ("summary_request.global_documents", "resp_global_evidence.documents"),
+            ("summary_request.sub_question", "resp_local_pathway.sub_question"),
+            ("summary_request.local_documents", "resp_local_pathway.documents"),
+            ("summary_request.memory", "resp_local_pathway.memory"),
+            ("resp_global_evidence.summary", "memory_update.summary"),
+            ("resp_local_pathway.answer", "memory_update.answer"),
+        ):
+            pipeline.connect(sender, receiver)
+        self.step_kinds = {"summary_request": PROMPT_KIND, "resp_global_evidence": "global_evidence",
+                           **global_step.step_kinds, "resp_local_pathway": "local_pathway", **local_step.step_kinds,
+                           "memory_update": MEMORY_KIND}
+        SuperComponent.__init__(
+            self,
+            pipeline,
+            input_mapping={
+                "question": ["summary_request.question", "memory_update.question"],
+                "documents": ["summary_request.documents", "memory_update.documents"],
+                "memory": ["summary_request.memory", "memory_update.memory"],
+                "sub_question": ["summary_request.sub_question", "memory_update.sub_question"],
+                "iteration": ["memory_update.iteration"],
+            },
+            output_mapping={f"memory_update.{name}": name for name in ("memory", "global_evidence", "pathway_entry")},
+        )
 
-    def _summarize_global(self, question: str, documents: list[Document], iteration: int) -> GlobalEvidence:
-        """
-        :param question: The overarching question.
-        :param documents: This iteration's documents.
-        :param iteration: 1-based iteration number, kept in the memory entry.
-        :returns: The evidence entry; its summary is empty when there were no documents (no LLM call then).
-        """
-        ids = tuple(doc.id for doc in documents)
-        if not documents:
-            return GlobalEvidence(iteration=iteration, query=question, summary="", document_ids=ids)
-        prompt = render_prompt(self.global_template, question=question, documents=documents)
-        raw = generate_text(self.chat_generator, prompt, max_tokens=self.max_summary_tokens,
-                            purpose="resp_global_evidence")
-        return GlobalEvidence(iteration=iteration, query=question, summary=self._clean_summary(raw),
-                              document_ids=ids)
-
-    def _answer_sub_question(
-        self, sub_question: str, documents: list[Document], memory: ReSPMemory, iteration: int
-    ) -> PathwayEntry:
-        """
-        :param sub_question: The sub-question the documents were retrieved for.
-        :param documents: This iteration's documents.
-        :param memory: The memories before this iteration (earlier hops often carry the bridge entity).
-        :param iteration: 1-based iteration number.
-        :returns: The pathway entry; `answered` is False unless the model replied "Yes" with an answer.
-        """
-        ids = tuple(doc.id for doc in documents)
-        if not documents:
-            return PathwayEntry(iteration=iteration, sub_question=sub_question, answered=False, document_ids=ids)
-        prompt = render_prompt(self.local_template, sub_question=sub_question, documents=documents,
-                               memory=memory.as_text())
-        raw = generate_text(self.chat_generator, prompt, max_tokens=self.max_answer_tokens,
-                            purpose="resp_local_pathway")
-        answer = _answer_after_yes(raw)
-        return PathwayEntry(iteration=iteration, sub_question=sub_question, answered=bool(answer),
-                            answer=answer, document_ids=ids)
-
-    @component.output_types(memory=ReSPMemory, global_evidence=GlobalEvidence, pathway_entry=PathwayEntry | None)
-    def run(
-        self,
-        question: str,
-        documents: list[Document],
-        memory: ReSPMemory | None = None,
-        sub_question: str | None = None,
-        iteration: int = 1,
-    ) -> dict[str, Any]:
+    def run(self, **kwargs: Any) -> dict[str, Any]:
         """
         :param question: The overarching question.
         :param documents: This iteration's documents.
@@ -123,33 +262,51 @@ class DualFunctionSummarizer(ChatComponentSerialization):
         :param iteration: 1-based iteration number.
         :returns: The updated `memory`, the new `global_evidence` entry and the new `pathway_entry` (or None).
         """
-        if iteration < 1:
+        # An input the graph did not feed arrives as the SuperComponent's "use the inner default" marker.
+        given = {name: value for name, value in kwargs.items() if value is not _delegate_default}
+        iteration = given.get("iteration", 1)
+        if not isinstance(iteration, int) or iteration < 1:
             raise ValueError("iteration is 1-based")
-        memory = memory or ReSPMemory()
-        if sub_question is None:
-            evidence = self._summarize_global(question, documents, iteration)
-            return {"memory": memory.with_evidence(evidence), "global_evidence": evidence, "pathway_entry": None}
-        # Concurrency lives here rather than in two graph branches: both calls need the same inputs and rejoin at
-        # once, and a branch-and-join inside ReSP's loop would need `Pipeline.run_async` (an event loop per
-        # question in sync callers) plus a join whose optional input waits on Haystack's deferred scheduling.
-        evidence, entry = run_concurrently(
-            lambda: self._summarize_global(question, documents, iteration),
-            lambda: self._answer_sub_question(sub_question, documents, memory, iteration),
-        )
-        updated = memory.with_evidence(evidence).with_pathway(entry)
-        return {"memory": updated, "global_evidence": evidence, "pathway_entry": entry}
+        inputs = {"question": given["question"], "documents": list(given["documents"]), "iteration": iteration,
+                  "memory": given.get("memory"), "sub_question": given.get("sub_question")}
+        if inputs["sub_question"] is None or not inputs["documents"]:
+            return SuperComponent.run(self, **inputs)  # one summary at most: the graph runs as any other
+        # Both summaries: the same graph on Haystack's async scheduler, which runs the two independent steps at once.
+        data = self._map_explicit_inputs(input_mapping=self.input_mapping, inputs=inputs)
+        outputs = _run_to_completion(self.pipeline.run_async(
+            data, include_outputs_from=self._get_include_outputs_from(), concurrency_limit=2))
+        return self._map_explicit_outputs(outputs, self.output_mapping)
 
-    def _clean_summary(self, raw: str) -> str:
-        text = _DONE_MARKER.split(raw, maxsplit=1)[0]
-        text = _LEADING_LABEL.sub("", text.strip())
-        words = text.split()
-        return " ".join(words[: self.max_summary_words])
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
+                               global_template=self.global_template, local_template=self.local_template,
+                               max_summary_tokens=self.max_summary_tokens, max_answer_tokens=self.max_answer_tokens,
+                               max_summary_words=self.max_summary_words)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DualFunctionSummarizer":
+        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
+        return default_from_dict(cls, data)
 
 
-def _answer_after_yes(raw: str) -> str:
-    """The answer following a leading "Yes"; '' for "No", for unreadable replies and for a bare "Yes"."""
-    text = raw.strip()
-    if not _LEADING_YES.match(text):
-        return ""
-    answer = _LEADING_YES.sub("", text, count=1)
-    return " ".join(answer.split()[:60])
+def _run_to_completion(coroutine: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """The coroutine's result, run on an event loop of its own (on a helper thread when this thread runs one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _on_new_loop(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(contextvars.copy_context().run, _on_new_loop, coroutine).result()
+
+
+def _on_new_loop(coroutine: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    # What `asyncio.run` does, minus its debug and signal handling: the task runs in a copy of this context, and
+    # the worker threads of the steps have finished before the loop closes.
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()

@@ -15,7 +15,7 @@ from haystack.utils import Secret
 
 from docqa.components.dual_function_summarizer import DualFunctionSummarizer
 from docqa.components.memory_answer_generator import MemoryAnswerGenerator
-from docqa.components.prompt_templates import load_prompt
+from docqa.components.prompt_templates import load_prompt, render_prompt
 from docqa.components.resp_controller import ReSPController, ReSPLoopState
 from docqa.components.resp_memory import GlobalEvidence, PathwayEntry, ReSPMemory
 from docqa.components.resp_reasoner import ReSPJudge, ReSPPlanner
@@ -121,6 +121,55 @@ class TestDualFunctionSummarizer:
             DualFunctionSummarizer(ScriptedChatGenerator(), max_summary_tokens=0)
         with pytest.raises(ValueError):
             DualFunctionSummarizer(ScriptedChatGenerator()).run(question="Q?", documents=DOCS, iteration=0)
+
+    def test_prompts_and_token_caps_are_the_packaged_ones_as_before(self) -> None:
+        llm = ScriptedChatGenerator(rules=[(GLOBAL, "Spielberg. [DONE]"), (LOCAL, "Yes, Spielberg")])
+        DualFunctionSummarizer(llm, max_summary_tokens=90, max_answer_tokens=20).run(
+            question="Q?", documents=DOCS, memory=_memory(), sub_question="Who made Jaws?", iteration=4
+        )
+        sent = {call["prompt"]: call["generation_kwargs"]["max_tokens"] for call in llm.calls}
+        assert sent == {
+            render_prompt(load_prompt("resp_global_evidence"), question="Q?", documents=DOCS): 90,
+            render_prompt(
+                load_prompt("resp_local_pathway"), sub_question="Who made Jaws?", documents=DOCS,
+                memory=_memory().as_text(),
+            ): 20,
+        }
+
+    def test_a_deployer_template_is_used_and_written_by_to_dict(self, tmp_path: Path) -> None:
+        (tmp_path / "resp_global_evidence.txt").write_text("GLOBAL {{ question }} {{ documents | length }}")
+        llm = ScriptedChatGenerator(default="x [DONE]")
+        summarizer = DualFunctionSummarizer(llm, global_template=load_prompt("resp_global_evidence", tmp_path))
+        summarizer.run(question="Q?", documents=DOCS)
+        assert llm.calls[0]["prompt"] == "GLOBAL Q? 1"
+        params = summarizer.to_dict()["init_parameters"]
+        assert params["global_template"] == "GLOBAL {{ question }} {{ documents | length }}"
+        assert params["local_template"] == load_prompt("resp_local_pathway")
+        bounds = (params["max_summary_tokens"], params["max_answer_tokens"], params["max_summary_words"])
+        assert bounds == (160, 64, 150)
+
+    def test_runs_as_a_node_whose_optional_inputs_nothing_feeds(self) -> None:
+        llm = ScriptedChatGenerator(rules=[(GLOBAL, "Spielberg directed Jaws. [DONE]")])
+        pipeline = Pipeline()
+        pipeline.add_component("summarizer", DualFunctionSummarizer(llm))
+        out = pipeline.run({"summarizer": {"question": "Who directed Jaws?", "documents": DOCS}})["summarizer"]
+        assert out["global_evidence"] == GlobalEvidence(1, "Who directed Jaws?", "Spielberg directed Jaws.", ("d1",))
+        assert out["pathway_entry"] is None and len(llm.calls) == 1
+
+    def test_its_inner_nodes_are_two_prompted_steps_between_a_request_and_the_memory_update(self) -> None:
+        kinds = DualFunctionSummarizer(ScriptedChatGenerator()).step_kinds
+        assert kinds == {
+            "summary_request": "prompt",
+            "resp_global_evidence": "global_evidence",
+            "resp_global_evidence_prompt": "prompt",
+            "resp_global_evidence_llm": "llm",
+            "resp_global_evidence_parser": "parse",
+            "resp_local_pathway": "local_pathway",
+            "resp_local_pathway_prompt": "prompt",
+            "resp_local_pathway_llm": "llm",
+            "resp_local_pathway_parser": "parse",
+            "memory_update": "memory",
+        }
 
 
 class TestReSPJudge:

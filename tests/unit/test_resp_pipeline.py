@@ -32,6 +32,15 @@ from tests.support.scripted_chat import ScriptedChatGenerator
 SCOPE = AccessScope("acme", frozenset({"alice"}))
 
 
+def _calls_within(result: Any, step: Any) -> int:
+    """The LLM calls recorded on a step and on its inner steps at any depth (a parent opens before its children)."""
+    inside = {step.index}
+    for other in result.steps:
+        if other.parent in inside:
+            inside.add(other.index)
+    return sum(len(s.outputs.get("llm_calls", [])) for s in result.steps if s.index in inside)
+
+
 def _prompts(llm: ScriptedChatGenerator, pattern: str) -> list[str]:
     import re
 
@@ -82,8 +91,16 @@ class TestOverPlanning:
             ("grounding", "grounding"),
         ]
         # A prompted LLM step's prompt, model call and parser are its child steps; the call is on the middle one.
+        # The summarizer's request, its global evidence step (the local one has no sub-question to answer in the
+        # first iteration) and its memory update are the summary step's children.
         inner = [(s.kind, s.name, result.steps[s.parent].name) for s in result.steps if s.parent is not None]
         assert inner == [
+            ("prompt", "summary_request", "dual_function_summarizer"),
+            ("global_evidence", "resp_global_evidence", "dual_function_summarizer"),
+            ("prompt", "resp_global_evidence_prompt", "resp_global_evidence"),
+            ("llm", "resp_global_evidence_llm", "resp_global_evidence"),
+            ("parse", "resp_global_evidence_parser", "resp_global_evidence"),
+            ("memory", "memory_update", "dual_function_summarizer"),
             ("prompt", "resp_judge_prompt", "resp_judge"),
             ("llm", "resp_judge_llm", "resp_judge"),
             ("parse", "resp_judge_parser", "resp_judge"),
@@ -104,7 +121,7 @@ class TestOverPlanning:
         assert work[1].outputs["global_evidence"]["summary"].startswith("Twisted Fortune was directed")
         assert result.totals.llm_calls == 3 == len(self.llm.calls)
         calls = {s.name: len(s.outputs.get("llm_calls", [])) for s in result.steps if s.outputs.get("llm_calls")}
-        assert calls == {"dual_function_summarizer": 1, "resp_judge_llm": 1, "resp_generate_llm": 1}
+        assert calls == {"resp_global_evidence_llm": 1, "resp_judge_llm": 1, "resp_generate_llm": 1}
         assert not any(s.outputs.get("llm_calls") for s in result.steps if s.kind == "control")
 
 
@@ -297,7 +314,11 @@ class TestMemories:
 
         summaries = steps_of(result, "summary")
         # Iteration 1 writes global evidence only; iteration 2 both memories, one LLM call each.
-        assert [len(s.outputs["llm_calls"]) for s in summaries] == [1, 2]
+        assert [_calls_within(result, s) for s in summaries] == [1, 2]
+        # Each call is on the model call step of its own prompted step (iteration 2's two ran concurrently).
+        memory_steps = ("resp_global_evidence_llm", "resp_local_pathway_llm")
+        calls = sorted(s.name for s in result.steps if s.name in memory_steps and s.outputs.get("llm_calls"))
+        assert calls == ["resp_global_evidence_llm", "resp_global_evidence_llm", "resp_local_pathway_llm"]
         assert summaries[0].outputs["pathway_entry"] is None
         assert [s.outputs["global_evidence"]["iteration"] for s in summaries] == [1, 2]
         entry = summaries[1].outputs["pathway_entry"]
@@ -405,7 +426,7 @@ def test_global_and_local_summaries_of_one_iteration_run_concurrently() -> None:
 
     assert llm.waited == 2
     assert not llm.barrier.broken
-    assert [len(s.outputs["llm_calls"]) for s in steps_of(result, "summary")] == [1, 2]
+    assert [_calls_within(result, s) for s in steps_of(result, "summary")] == [1, 2]
 
 
 class TestRunBounds:
