@@ -15,12 +15,13 @@ sends the next request or finishes with the stop reason:
     resp_controller --answer_memory--> memory_answer_generator --answer
 The judge, the planner and the generator are prompted LLM steps (`ChatPromptBuilder` -> model call -> typed
 parser, `docqa.components.prompted_llm`): each is one node here, its three inner runs child steps of its step.
+The summarizer is one node holding two of them (global evidence, local pathway) and its memory update.
 The planner's fourth inner step is its repeat guard (`SubQuestionGuard`: text check -> embedder -> verdict).
     resp_controller --state--> loop_state (BranchJoiner) --value--> resp_controller
 
 Beyond the paper: a planned sub-question that repeats an asked one (normalised text or embedding similarity)
 is re-planned once, then the loop stops; the two summaries of an iteration run concurrently (inside the
-summarizer's `run`); a retrieval that brings no document not already summarised stops the loop; the last
+summarizer's graph); a retrieval that brings no document not already summarised stops the loop; the last
 iteration skips the judgement, whose answer could not change what happens next. Every component run is a step
 (the controller's and the joiner's are `control` steps whose `decision` says what came next and why).
 
