@@ -45,6 +45,7 @@ from docqa.ingestion.models import (
 from docqa.ingestion.pipeline import ItemResult, check_collection_name, expand_labelled_paths
 from docqa.ingestion.processing import finish_job_if_done, process_items
 from docqa.ingestion.record_bundles import is_record_bundle
+from docqa.ingestion.sweep import batches
 from docqa.settings import Settings
 
 MAX_HISTORY_EVENTS = 100
@@ -107,7 +108,7 @@ def submit_job(
                 continue
             job.queue(item, data)
         queued = job.submitted(files=len(files), by=submitted_by)
-    _dispatch(settings, queued, on_item)
+    dispatch_items(settings, queued, on_item)
     return job.id
 
 
@@ -176,7 +177,7 @@ def resume_job(settings: Settings, job_id: str, on_item: Callable[[ItemResult], 
                             .values(dispatched_at=datetime.now(UTC), updated_at=IngestItem.updated_at))
             session.add(IngestJobEvent(job_id=job_id, event=EVENT_RESUMED,
                                        detail={"count": len(pending), "items": pending[:MAX_ITEMS_IN_EVENT]}))
-    _dispatch(settings, pending, on_item)
+    dispatch_items(settings, pending, on_item)
     return len(pending)
 
 
@@ -269,23 +270,31 @@ def _read(origin: Path | Upload, name: str, max_bytes: int) -> bytes:
         raise UnreadableFileError(f"{origin}: cannot read file ({exc.strerror or exc})") from exc
 
 
-def _dispatch(settings: Settings, item_ids: list[int], on_item: Callable[[ItemResult], None] | None) -> None:
-    batches = [
-        item_ids[start : start + settings.ingest_items_per_task]
-        for start in range(0, len(item_ids), settings.ingest_items_per_task)
-    ]
-    if not batches:
+def dispatch_items(settings: Settings, item_ids: list[int], on_item: Callable[[ItemResult], None] | None = None,
+                   engines: Callable[[], tuple[Any, Any]] | None = None) -> None:
+    """Hand queued items on in task-sized batches: to the workers with a broker, else processed here, with the
+    runtime and document embedder `engines` returns (a runtime of their own when None).
+
+    :param on_item: called per finished item when processed here.
+    """
+    tasks = batches(item_ids, settings.ingest_items_per_task)
+    if not tasks:
         return
     if settings.broker_url:
         from docqa.ingestion.celery_app import enqueue
 
-        for batch in batches:
+        for batch in tasks:
             enqueue(settings, batch)
         return
+    runtime, embedder = engines() if engines is not None else _own_engines(settings)
+    for batch in tasks:
+        process_items(settings, batch, runtime=runtime, embedder=embedder, on_item=on_item)
+
+
+def _own_engines(settings: Settings) -> tuple[Any, Any]:
     from docqa.runtime import Runtime
 
     runtime = Runtime(settings)
     embedder = runtime.document_embedder()
     embedder.warm_up()
-    for batch in batches:
-        process_items(settings, batch, runtime=runtime, embedder=embedder, on_item=on_item)
+    return runtime, embedder

@@ -37,7 +37,7 @@ from docqa.access import validate_access_meta
 from docqa.conversion.converters import check_size, file_type_of
 from docqa.errors import DocqaError
 from docqa.ingestion.database import job_sessions
-from docqa.ingestion.jobs import NewJob
+from docqa.ingestion.jobs import NewJob, dispatch_items
 from docqa.ingestion.models import ITEM_FAILED, ITEM_FINAL, ITEM_SKIPPED, ITEM_WRITTEN, IngestItem
 from docqa.settings import Settings
 from docqa.sources.acl import AclMap, access_for
@@ -359,18 +359,7 @@ def _queue_job(run: _Run, access: list[str], works: list[_Work]) -> list[int]:
 
 
 def _dispatch(run: _Run, item_ids: list[int]) -> None:
-    size = run.settings.ingest_items_per_task
-    batches = [item_ids[start : start + size] for start in range(0, len(item_ids), size)]
-    if run.settings.broker_url:
-        from docqa.ingestion.celery_app import enqueue
-
-        for batch in batches:
-            enqueue(run.settings, batch)
-        return
-    from docqa.ingestion.processing import process_items
-
-    for batch in batches:
-        process_items(run.settings, batch, runtime=run.runtime, embedder=run.embedder)
+    dispatch_items(run.settings, item_ids, engines=lambda: (run.runtime, run.embedder))
 
 
 def _settle_pending(run: _Run) -> None:

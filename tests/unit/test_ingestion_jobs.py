@@ -121,7 +121,7 @@ class TestSubmitJob:
 
 class TestCrashRecovery:
     def test_interrupted_item_is_resumed_and_counted_once(self, settings, monkeypatch) -> None:
-        monkeypatch.setattr(jobs_module, "_dispatch", lambda *args: None)  # submit without running
+        monkeypatch.setattr(jobs_module, "dispatch_items", lambda *args: None)  # submit without running
         job_id = submit_job(settings, tenant="acme", access=["everyone"],
                             uploads=[Upload("a.txt", b"a " * 30), Upload("b.txt", b"b " * 30)])
         runtime = FakeRuntime(settings)
@@ -146,7 +146,7 @@ class TestCrashRecovery:
         assert FakeRuntime.store.count_documents() == 4
 
     def test_item_that_keeps_killing_the_worker_fails_after_max_attempts(self, settings, monkeypatch) -> None:
-        monkeypatch.setattr(jobs_module, "_dispatch", lambda *args: None)
+        monkeypatch.setattr(jobs_module, "dispatch_items", lambda *args: None)
         job_id = submit_job(settings, tenant="acme", access=["everyone"],
                             uploads=[Upload("ok.txt", b"fine " * 5), Upload("poison.txt", b"bad " * 5)])
         ids = _item_ids(settings, job_id)
@@ -184,7 +184,7 @@ class TestCrashRecovery:
 
     def test_crash_recorded_by_the_main_process_fails_the_item_and_worker_kills_do_not(self, settings,
                                                                                        monkeypatch) -> None:
-        monkeypatch.setattr(jobs_module, "_dispatch", lambda *args: None)
+        monkeypatch.setattr(jobs_module, "dispatch_items", lambda *args: None)
         queued = settings.model_copy(update={"broker_url": "redis://127.0.0.1:6379/0"})
         job_id = submit_job(queued, tenant="acme", access=["everyone"], uploads=[
             Upload("killed-with-its-worker.txt", b"fine " * 5), Upload("poison.txt", b"bad " * 5),

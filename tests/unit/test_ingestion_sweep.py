@@ -82,7 +82,7 @@ class Broker:
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch) -> Settings:
-    monkeypatch.setattr(jobs_module, "_dispatch", lambda *args: None)  # submitted, never delivered
+    monkeypatch.setattr(jobs_module, "dispatch_items", lambda *args: None)  # submitted, never delivered
     return Settings(data_dir=tmp_path, ingest_items_per_task=2, broker_visibility_timeout_s=900)
 
 

@@ -37,7 +37,7 @@ class JobRuntime(Runtime):
 def server(tmp_path: Path, monkeypatch) -> tuple[TestClient, dict[str, str]]:
     # The embedded store, whose access filter matches list-valued `access` like the production stores do.
     JobRuntime.store = build_document_store(Settings(data_dir=tmp_path / "store"))
-    # Jobs without a broker run in the request, on a runtime of their own (`docqa.ingestion.jobs._dispatch`).
+    # Jobs without a broker run in the request, on a runtime of their own (`docqa.ingestion.jobs.dispatch_items`).
     monkeypatch.setattr("docqa.runtime.Runtime", JobRuntime)
     app, keys = build_test_app(tmp_path, ScriptedChatGenerator(default="unused"), chunk_words=20,
                                chunk_overlap_words=5)
