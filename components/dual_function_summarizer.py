@@ -5,6 +5,7 @@ prompt and its model call are steps and spans of their own:
 
     summary_request --question, documents--------------> resp_global_evidence --summary--> memory_update
     summary_request --sub_question, documents, memory---> resp_local_pathway --answer-----> memory_update
+    summary_request --document_ids-----------------------------------------------------------> memory_update
 
 `summary_request` sends the global evidence step its inputs whenever there are documents, and the local pathway
 step its inputs when there is a sub-question too; a step it sends nothing does not run (no model call).
@@ -51,8 +52,8 @@ class SummaryRequest:
     ```
     """
 
-    @component.output_types(question=str, global_documents=list[Document], sub_question=str,
-                            local_documents=list[Document], memory=ReSPMemory)
+    @component.output_types(document_ids=tuple[str, ...], question=str, global_documents=list[Document],
+                            sub_question=str, local_documents=list[Document], memory=ReSPMemory)
     def run(self, question: str, documents: list[Document], memory: ReSPMemory | None = None,
             sub_question: str | None = None) -> dict[str, Any]:
         """
@@ -60,12 +61,13 @@ class SummaryRequest:
         :param documents: This iteration's documents.
         :param memory: The memories before this iteration (the local prompt shows them).
         :param sub_question: The current sub-question; None when only global evidence is written.
-        :returns: the global step's `question` and `global_documents`, and the local step's `sub_question`,
-            `local_documents` and `memory`, each only when that step is to run.
+        :returns: the `document_ids` the memory entries keep; the global step's `question` and `global_documents`,
+            and the local step's `sub_question`, `local_documents` and `memory`, each only when that step is to run.
         """
+        out: dict[str, Any] = {"document_ids": tuple(doc.id for doc in documents)}
         if not documents:
-            return {}
-        out: dict[str, Any] = {"question": question, "global_documents": documents}
+            return out
+        out.update(question=question, global_documents=documents)
         if sub_question is not None:
             out.update(sub_question=sub_question, local_documents=documents, memory=memory or ReSPMemory())
         return out
@@ -130,7 +132,7 @@ class MemoryUpdate:
 
     Usage example:
     ```python
-    out = MemoryUpdate().run(question="Q?", documents=docs, iteration=1, summary="Spielberg directed Jaws.")
+    out = MemoryUpdate().run(question="Q?", document_ids=("d1",), iteration=1, summary="Spielberg directed Jaws.")
     out["memory"], out["global_evidence"], out["pathway_entry"]  # ..., ..., None
     ```
     """
@@ -138,12 +140,12 @@ class MemoryUpdate:
     step_kind = MEMORY_KIND
 
     @component.output_types(memory=ReSPMemory, global_evidence=GlobalEvidence, pathway_entry=PathwayEntry | None)
-    def run(self, question: str, documents: list[Document], memory: ReSPMemory | None = None,
+    def run(self, question: str, document_ids: tuple[str, ...], memory: ReSPMemory | None = None,
             sub_question: str | None = None, iteration: int = 1, summary: str | None = None,
             answer: str | None = None) -> dict[str, Any]:
         """
         :param question: The overarching question.
-        :param documents: This iteration's documents.
+        :param document_ids: The ids of this iteration's documents (the documents themselves are not copied here).
         :param memory: The memories so far; empty by default.
         :param sub_question: The current sub-question (None: no pathway entry).
         :param iteration: 1-based iteration number, kept in the entries.
@@ -151,8 +153,8 @@ class MemoryUpdate:
         :param answer: The sub-question's answer; None when it was not asked.
         :returns: The updated `memory`, the new `global_evidence` entry and the new `pathway_entry` (or None).
         """
-        ids = tuple(doc.id for doc in documents)
-        memory = (memory or ReSPMemory())
+        ids = tuple(document_ids)
+        memory = memory or ReSPMemory()
         evidence = GlobalEvidence(iteration=iteration, query=question, summary=summary or "", document_ids=ids)
         updated = memory.with_evidence(evidence)
         entry = None
@@ -232,6 +234,7 @@ class DualFunctionSummarizer(SuperComponent):
             ("summary_request.sub_question", "resp_local_pathway.sub_question"),
             ("summary_request.local_documents", "resp_local_pathway.documents"),
             ("summary_request.memory", "resp_local_pathway.memory"),
+            ("summary_request.document_ids", "memory_update.document_ids"),
             ("resp_global_evidence.summary", "memory_update.summary"),
             ("resp_local_pathway.answer", "memory_update.answer"),
         ):
@@ -244,7 +247,7 @@ class DualFunctionSummarizer(SuperComponent):
             pipeline,
             input_mapping={
                 "question": ["summary_request.question", "memory_update.question"],
-                "documents": ["summary_request.documents", "memory_update.documents"],
+                "documents": ["summary_request.documents"],
                 "memory": ["summary_request.memory", "memory_update.memory"],
                 "sub_question": ["summary_request.sub_question", "memory_update.sub_question"],
                 "iteration": ["memory_update.iteration"],
