@@ -22,8 +22,13 @@ MAX_TEMPLATES = 16
 
 
 def compiling_once(node: T) -> T:
-    """`node`, its Jinja environment's `from_string` cached by template text (a node without one is unchanged)."""
+    """`node`, its Jinja environment's `from_string` cached by template text (a node without one is unchanged);
+    for a `SuperComponent`, every node of its inner graph, at any depth."""
     environment = getattr(node, "_env", None)
     if environment is not None and not hasattr(environment.from_string, "cache_info"):
         environment.from_string = lru_cache(maxsize=MAX_TEMPLATES)(environment.from_string)
+    inner = getattr(node, "pipeline", None)
+    if inner is not None and callable(getattr(inner, "walk", None)):
+        for _, child in inner.walk():
+            compiling_once(child)
     return node

@@ -91,6 +91,15 @@ class TestCompilingOnce:
         HaystackStrategy("t", pipeline, max_question_chars=100, grounding=False, require_passages=False)
         assert hasattr(pipeline.get_component("prompt")._env.from_string, "cache_info")
 
+    def test_the_inner_nodes_of_a_super_component_compile_once_too(self):
+        from docqa.components.answer_grader import AnswerGrader
+        from tests.support.scripted_chat import ScriptedChatGenerator
+
+        grader = compiling_once(AnswerGrader(ScriptedChatGenerator(default="Yes")))
+        router = grader.pipeline.get_component("grade_router")
+        builder = grader.pipeline.get_component("grade_grounded").pipeline.get_component("grade_grounded_prompt")
+        assert hasattr(router._env.from_string, "cache_info") and hasattr(builder._env.from_string, "cache_info")
+
     def test_applying_it_twice_wraps_once(self):
         builder = compiling_once(compiling_once(ChatPromptBuilder(template=[ChatMessage.from_user("{{ q }}")])))
         assert not hasattr(builder._env.from_string.__wrapped__, "cache_info")
