@@ -146,8 +146,10 @@ function showResult(result) {
   // An answer the model did not give (sentences quoted from the passages) is labelled as such, never as the model's.
   const extracted = result.answer_source && result.answer_source !== "model";
   const note = byId("answer-note");
-  note.textContent = extracted ? `Extracted, not generated: ${result.answer_note || "the model gave no usable answer."}` : "";
-  note.hidden = !extracted;
+  // A model answer with sentences removed by the grounding check carries a note too: say what was removed.
+  const message = extracted ? `Extracted, not generated: ${result.answer_note || "the model gave no usable answer."}` : String(result.answer_note || "");
+  note.textContent = message;
+  note.hidden = !message;
   const text = byId("answer-text");
   text.textContent = result.answer || "(no answer)";
   text.classList.toggle("extracted", Boolean(extracted));

@@ -7,6 +7,7 @@ The tests of this module run in order: the upload test writes the hostile docume
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -214,6 +215,23 @@ def test_auditor_reads_events_and_asks_who_could_read_a_document(page, stack):
     page.wait_for_function("() => /^NO/.test(document.querySelector('#access-result').textContent)")
     assert "document.deleted" in page.inner_text("#access-result")
     assert page.locator("img").count() == 0
+
+
+def test_a_model_answer_trimmed_by_the_grounding_check_shows_what_was_removed(page, stack):
+    """The server's answer (a model answer whose unsupported sentence the grounding check removed) is routed in
+    as the stream's result: the page shows the kept text as the model's, with the check's note beside it."""
+    note = ("Parts of the model's answer were removed (unsupported_number): only sentences supported by the "
+            "passages are shown.")
+    result = {"answer": "Hotels are reimbursed up to the limit [1].", "answer_source": "model", "answer_note": note,
+              "pipeline": "standard", "trace_id": "0123456789abcdef0123", "citations": [], "steps": []}
+    stream = f"event: result\ndata: {json.dumps(result)}\n\n"
+    page.route("**/v1/query", lambda route: route.fulfill(
+        status=200, headers={"Content-Type": "text/event-stream"}, body=stream))
+    sign_in(page, stack, "alice")
+    ask(page, "What is the hotel limit?", "standard")
+    assert page.text_content("#answer-text") == result["answer"]
+    assert page.is_visible("#answer-note") and page.text_content("#answer-note") == note
+    assert "extracted" not in (page.get_attribute("#answer-text", "class") or "")
 
 
 def test_a_rejected_key_shows_the_api_error_and_stays_signed_out(page, stack):
