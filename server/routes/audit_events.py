@@ -21,7 +21,7 @@ from docqa.audit.tenant_numbering import tenant_proof
 from docqa.audit.timestamps import UtcTime, ZonedUtcTime
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES
 from docqa.server.auth import AuditorCaller, ContextDep
-from docqa.server.routes.audit_paging import EXPORT_RESPONSES, AuditPage, PageLimit, PageOffset, json_lines
+from docqa.server.routes.audit_paging import EXPORT_RESPONSES, AuditListingDep, AuditPage, json_lines
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"], responses=COMMON_ERROR_RESPONSES)
 
@@ -45,21 +45,11 @@ class AccessOut(BaseModel):
 
 
 @router.get("/events", response_model=EventPage, summary="List audit events of the auditor's tenant, newest first")
-def get_events(
-    caller: AuditorCaller,
-    context: ContextDep,
-    action: Text = None,
-    actor: Text = None,
-    target: Text = None,
-    since: UtcTime | None = None,
-    until: UtcTime | None = None,
-    limit: PageLimit = 50,
-    offset: PageOffset = 0,
-) -> EventPage:
-    where = EventFilter(tenant=caller.tenant, action=action, actor=actor, target=target, since=since, until=until)
-    with context.sessions() as session:
-        total, events = list_events(session, where, limit, offset)
-    return EventPage(total=total, limit=limit, offset=offset, events=events)
+def get_events(listing: AuditListingDep, action: Text = None, actor: Text = None, target: Text = None,
+               since: UtcTime | None = None, until: UtcTime | None = None) -> EventPage:
+    where = EventFilter(tenant=listing.tenant, action=action, actor=actor, target=target, since=since, until=until)
+    total, events = listing.rows(list_events, where)
+    return EventPage(total=total, limit=listing.limit, offset=listing.offset, events=events)
 
 
 @router.get("/events/export", summary="Export the tenant's events as JSON Lines (chain proofs, or OCSF/ECS for a SIEM)",

@@ -1,10 +1,14 @@
-"""Paging and export of the audit listings (traces and events): one set of bounds, one page shape and one way
-to stream an export for both.
+"""Paging and export of the audit listings (traces and events): one set of bounds, one page shape, one way to
+read a page of the auditor's tenant and one way to stream an export for both.
 
 Usage:
-    def get_things(limit: PageLimit = 50, offset: PageOffset = 0) -> ThingPage: ...
     class ThingPage(AuditPage):
         things: list[dict[str, Any]]
+
+    @router.get("/things", response_model=ThingPage)
+    def get_things(listing: AuditListingDep, kind: str | None = None) -> ThingPage:
+        total, things = listing.rows(list_things, ThingFilter(tenant=listing.tenant, kind=kind))
+        return ThingPage(total=total, limit=listing.limit, offset=listing.offset, things=things)
 
     @router.get("/things/export", responses=EXPORT_RESPONSES)
     def export_things(context: ContextDep) -> StreamingResponse:
@@ -14,13 +18,15 @@ Usage:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
 
-from fastapi import Query
+from fastapi import Depends, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
+from docqa.server.auth import AuditorCaller, ContextDep
 from docqa.server.context import ServerContext
 
 # An auditor pages through a tenant's whole history, but one page stays small enough to answer at once.
@@ -34,6 +40,35 @@ class AuditPage(BaseModel):
     total: int
     limit: int
     offset: int
+
+
+Where = TypeVar("Where")
+# A listing query: (session, filter, limit, offset) -> (total matching, one page of rows).
+ListQuery = Callable[[Session, Where, int, int], tuple[int, list[dict[str, Any]]]]
+
+
+@dataclass(frozen=True)
+class AuditListing:
+    """One requested page of an auditor's listing, within the auditor's own tenant."""
+
+    tenant: str
+    context: ServerContext
+    limit: int
+    offset: int
+
+    def rows(self, query: ListQuery[Where], where: Where) -> tuple[int, list[dict[str, Any]]]:
+        """(total matching `where`, this page of them) from `query` in a session of its own."""
+        with self.context.sessions() as session:
+            return query(session, where, self.limit, self.offset)
+
+
+def audit_listing(caller: AuditorCaller, context: ContextDep, limit: PageLimit = 50,
+                  offset: PageOffset = 0) -> AuditListing:
+    return AuditListing(tenant=caller.tenant, context=context, limit=limit, offset=offset)
+
+
+# The auditor check and the page bounds of a listing route (its query parameters `limit` and `offset`).
+AuditListingDep = Annotated[AuditListing, Depends(audit_listing)]
 
 
 JSON_LINES = "application/x-ndjson"

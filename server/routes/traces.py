@@ -17,7 +17,7 @@ from docqa.audit.timestamps import UtcTime
 from docqa.audit.verify import verify_for_tenant
 from docqa.server.api_errors import COMMON_ERROR_RESPONSES, NotFound
 from docqa.server.auth import AuditorCaller, ContextDep
-from docqa.server.routes.audit_paging import EXPORT_RESPONSES, AuditPage, PageLimit, PageOffset, json_lines
+from docqa.server.routes.audit_paging import EXPORT_RESPONSES, AuditListingDep, AuditPage, json_lines
 from docqa.server.trace_queries import TraceFilter, export_lines, list_traces, read_trace
 
 router = APIRouter(prefix="/v1/traces", tags=["audit"], responses=COMMON_ERROR_RESPONSES)
@@ -50,21 +50,17 @@ def _filter(caller_tenant: str, user: str | None, pipeline: str | None, status: 
 
 @router.get("", response_model=TracePage, summary="List traces of the auditor's tenant, newest first")
 def get_traces(
-    caller: AuditorCaller,
-    context: ContextDep,
+    listing: AuditListingDep,
     user: Text = None,
     pipeline: Text = None,
     status: Literal["completed", "failed", "timed_out", "cancelled", "interrupted"] | None = None,
     since: UtcTime | None = None,
     until: UtcTime | None = None,
     text: Text = None,
-    limit: PageLimit = 50,
-    offset: PageOffset = 0,
 ) -> TracePage:
-    where = _filter(caller.tenant, user, pipeline, status, since, until, text)
-    with context.sessions() as session:
-        total, traces = list_traces(session, where, limit, offset)
-    return TracePage(total=total, limit=limit, offset=offset, traces=traces)
+    where = _filter(listing.tenant, user, pipeline, status, since, until, text)
+    total, traces = listing.rows(list_traces, where)
+    return TracePage(total=total, limit=listing.limit, offset=listing.offset, traces=traces)
 
 
 @router.get("/export", summary="Export traces with chain proofs as JSON Lines", responses=EXPORT_RESPONSES)
