@@ -27,6 +27,7 @@ from docqa.components.context_tree import (
     TreeNode,
 )
 from docqa.components.prompt_templates import load_prompt, render_prompt
+from docqa.errors import check_bounds
 from docqa.llm.calls import ChatGenerator, generate_json
 from docqa.recording import run_concurrently
 from docqa.run_control import LLMBudgetExceededError, current_run
@@ -225,12 +226,9 @@ class ConTReTreeExpander:
         :param relevance_template: Jinja2 template (`question`, `query`, `passages`).
         :raises ValueError: a bound out of range.
         """
-        for name, value, ceiling in (("max_depth", max_depth, MAX_DEPTH), ("max_breadth", max_breadth, MAX_BREADTH),
-                                     ("concurrency", concurrency, MAX_CONCURRENCY)):
-            if not 1 <= value <= ceiling:
-                raise ValueError(f"{name} must be between 1 and {ceiling}")
-        if max_llm_calls < 1 or max_passage_chars < 50 or plan_tokens < 16:
-            raise ValueError("max_llm_calls, max_passage_chars and plan_tokens must be positive (and usable)")
+        check_bounds(max_depth=(max_depth, 1, MAX_DEPTH), max_breadth=(max_breadth, 1, MAX_BREADTH),
+                     concurrency=(concurrency, 1, MAX_CONCURRENCY), max_llm_calls=(max_llm_calls, 1, None),
+                     max_passage_chars=(max_passage_chars, 50, None), plan_tokens=(plan_tokens, 16, None))
         self.chat_generator = chat_generator
         self.max_depth = max_depth
         self.max_breadth = max_breadth

@@ -64,3 +64,18 @@ class InvalidOptionsError(DocqaError):
 
     code = "invalid_options"
     http_status = 422
+
+
+def check_bounds(**bounds: tuple[float, float, float | None]) -> None:
+    """Reject a setting outside its bounds: `name=(value, lowest, highest or None)`, checked in the order given.
+
+    For the limits components and run controls are built with: a wrong one is the configuration's mistake, not
+    a user's, so it is a `ValueError` (naming the setting) rather than a `DocqaError`.
+
+    :raises ValueError: the first setting below its lowest value or above its highest.
+    """
+    for name, (value, lowest, highest) in bounds.items():
+        if highest is not None and not lowest <= value <= highest:
+            raise ValueError(f"{name} must be between {lowest} and {highest}")
+        if value < lowest:
+            raise ValueError(f"{name} must be at least {lowest}")

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from docqa.errors import DocqaError
+from docqa.errors import DocqaError, check_bounds
 
 OUTCOME_COMPLETED = "completed"
 OUTCOME_FAILED = "failed"
@@ -57,8 +57,8 @@ class RunControl:
 
     def __init__(self, *, max_llm_calls: int, max_completion_tokens: int, max_prompt_chars: int,
                  timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        if max_llm_calls < 1 or max_completion_tokens < 1 or max_prompt_chars < 1:
-            raise ValueError("run limits must be positive")
+        check_bounds(max_llm_calls=(max_llm_calls, 1, None), max_completion_tokens=(max_completion_tokens, 1, None),
+                     max_prompt_chars=(max_prompt_chars, 1, None))
         self.max_llm_calls = max_llm_calls
         self.max_completion_tokens = max_completion_tokens
         self.max_prompt_chars = max_prompt_chars
