@@ -283,6 +283,11 @@ _AMOUNT_WORDS = frozenset(
 )
 _YES_NO = re.compile(r"\b(?:yes|no|not|never|neither|nor)\b|n['’]t\b", re.IGNORECASE)
 _DECADE = re.compile(r"\b\d{1,4}0['’]?s\b|['’]\d0s\b")
+# "one of the largest chains" ranks a member of a group, it counts nothing ("one of the stores" does count).
+_ONE_OF = re.compile(
+    r"\bone of (?:the|its|his|her|their|our) (?:[a-z]+est|most|best|first|leading|top|main|major|world's)\b",
+    re.IGNORECASE,
+)
 
 
 def question_kind(question: str) -> str | None:
@@ -315,7 +320,7 @@ def gives_kind(kind: str, question: str, sentences: list[str]) -> bool:
     asked = FactIndex.of(question)
     if kind == KIND_NAME:
         return any(name not in asked.words for name in _capitalised(text))
-    said = FactIndex.of(text)
+    said = FactIndex.of(_ONE_OF.sub(" ", text) if kind == KIND_NUMBER else text)
     if kind == KIND_NUMBER:
         return any(value.startswith("n:") and value not in asked.values for value in said.values) or bool(
             (said.words & _AMOUNT_WORDS) - asked.words
