@@ -11,7 +11,6 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from docqa.components.record_query_resolver import RecordQuery
 from docqa.components.time_scope_resolver import TimeScope, scope_filters
-from docqa.extractive_fallback import merge_passages
 
 
 class StopReason(StrEnum):
@@ -51,16 +50,12 @@ class ATRAGRound:
     stop_reason: StopReason | None = None
     # The passages the answer was given, numbered [1]..[n] in this order (what its citation markers refer to).
     prompt_documents: tuple[Document, ...] = ()
-    # Every passage the rounds so far retrieved (by id, first seen first, bounded): an answer replaced by quoted
-    # sentences quotes them all, since the last rewrite may retrieve nothing useful while an earlier round did.
-    retrieved: tuple[Document, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "queries", tuple(self.queries))
         object.__setattr__(self, "mode", RetrievalMode(self.mode))
         object.__setattr__(self, "cited_documents", tuple(self.cited_documents))
         object.__setattr__(self, "prompt_documents", tuple(self.prompt_documents))
-        object.__setattr__(self, "retrieved", tuple(self.retrieved))
         if self.stop_reason is not None:
             object.__setattr__(self, "stop_reason", StopReason(self.stop_reason))
 
@@ -100,8 +95,7 @@ class ATRAGController:
 
     - resolved (`scope`, `record_query`, `record_filters`): emits the first round as `state` (how to retrieve: exact
       records, a whole time window, or ranked; see `plan_round`);
-    - graded (`state`, `answer`, `cited_documents`, `passed`, `feedback`, and the round's `retrieved_documents`,
-      added to the round's `retrieved`): an accepted answer, or the last
+    - graded (`state`, `answer`, `cited_documents`, `passed`, `feedback`): an accepted answer, or the last
       allowed round, goes to `final` (stop reason `answer_accepted` / `max_iterations`); otherwise it asks the
       rewriter for a new query (`previous_queries`, `rewrite_feedback`) and hands the draft to the router as
       `pending`, which becomes the result (`no_new_query`) when the rewriter has nothing new.
@@ -129,8 +123,7 @@ class ATRAGController:
     def run(self, question: str, scope: TimeScope | None = None, record_query: RecordQuery | None = None,
             record_filters: dict | None = None, state: ATRAGRound | None = None,
             answer: str | None = None, cited_documents: list[Document] | None = None, passed: bool | None = None,
-            feedback: str | None = None, prompt_documents: list[Document] | None = None,
-            retrieved_documents: list[Document] | None = None) -> dict[str, Any]:
+            feedback: str | None = None, prompt_documents: list[Document] | None = None) -> dict[str, Any]:
         """
         :param question: The user's question (the first query).
         :param scope: The resolved time scope (once, from the resolver).
@@ -142,7 +135,6 @@ class ATRAGController:
         :param passed: Whether the answer passed the grade.
         :param feedback: Why it failed.
         :param prompt_documents: The passages the answer was given, in prompt order.
-        :param retrieved_documents: The passages the round retrieved.
         :returns: `state` (the first round), `final` (a result), or `previous_queries`, `rewrite_feedback`
             and `pending`.
         """
@@ -151,8 +143,7 @@ class ATRAGController:
                 raise ValueError("the controller needs the resolved scope and record query, or a graded round")
             return {"state": plan_round(question, scope, record_query, record_filters)}
         draft = state.replace(answer=answer or "", cited_documents=tuple(cited_documents or ()),
-                              prompt_documents=tuple(prompt_documents or ()),
-                              retrieved=merge_passages(state.retrieved, retrieved_documents))
+                              prompt_documents=tuple(prompt_documents or ()))
         if passed:
             return {"final": draft.replace(stop_reason=StopReason.ACCEPTED)}
         if len(state.queries) >= self.max_iterations:

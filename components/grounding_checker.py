@@ -10,7 +10,6 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from docqa import extractive_fallback as fallback
 from docqa.checkable_facts import EXPECTED, Fact, FactIndex, gives_kind, question_kind, sentence_facts
-from docqa.spans import STEP_OUTPUT, step_span
 
 ANSWER_SOURCE_RECORD_TABLE = "record_table"
 REASON_NO_PASSAGE = "no_readable_passage"
@@ -130,9 +129,7 @@ class GroundingChecker:
       complete sentences) is cut at its last complete sentence.
     - When nothing is left, or the first sentence failed, the answer is the extracted one (the passages' best
       sentences; `answer_source="extracted"`, or "none" when nothing matches) with a note naming the reason. An
-      empty, echoed or looping reply is treated the same way. When the run retrieved passages the answer was not
-      given (`retrieved_documents`: a loop's earlier rounds) and the given ones give nothing to quote, or some
-      were not given, the sentences are quoted from all of them instead (an `answer_fallback` step).
+      empty, echoed or looping reply is treated the same way.
     - Without any passage the answer is that no passage the principals may read matches (`answer_source="none"`),
       unless `require_passages` is off (an answer from the model alone: markers and truncation are still checked).
     - `cited_documents` are exactly the passages the shown text cites, its markers renumbered `[1]..[k]` in that
@@ -174,7 +171,6 @@ class GroundingChecker:
         principals: list[str] | None = None,
         answer_source: str | None = None,
         fallback_answer: str | None = None,
-        retrieved_documents: list[Document] | None = None,
     ) -> dict[str, Any]:
         """
         :param question: The question (its numbers and names are always allowed).
@@ -186,7 +182,6 @@ class GroundingChecker:
         :param answer_source: How the upstream answer was made; anything but "model" passes through unchecked.
         :param fallback_answer: A ready answer to show instead of the extracted one (a record table's description);
             with it, the shown text keeps no markers, since the result cites the table's records.
-        :param retrieved_documents: Every passage the run retrieved (all rounds of a loop), for the extracted answer.
         :returns: `answer`, `cited_documents`, `answer_source` ("model", "extracted", "none", "record_table"),
             `answer_note` (None when the model's text is shown whole), `reason` (why text was dropped or replaced)
             and `verdicts` (one per sentence: kept or dropped and why; then the answer-kind verdict, if any).
@@ -214,7 +209,7 @@ class GroundingChecker:
         unusable = fallback.unusable_reason(question, answer, [])
         if unusable is not None:
             verdicts = [{"sentence": answer, "verdict": "dropped", "reason": unusable}]
-            return self._fallback(question, passages, unusable, verdicts, fallback_answer, retrieved_documents)
+            return self._fallback(question, passages, unusable, verdicts, fallback_answer)
         sentences = split_answer(answer)
         _mark_truncated(sentences, finish_reason)
         self._check(question, sentences, passages)
@@ -222,9 +217,7 @@ class GroundingChecker:
         kept = [s for s in sentences if s.kept]
         first = sentences[0]
         if not kept or not first.kept:
-            return self._fallback(
-                question, passages, first.reason or REASON_TRUNCATED, verdicts, fallback_answer, retrieved_documents
-            )
+            return self._fallback(question, passages, first.reason or REASON_TRUNCATED, verdicts, fallback_answer)
         kind = question_kind(question) if passages else None
         if kind is not None:
             # Without passages (a model answering alone) there is nothing better to show, so no kind is required.
@@ -239,9 +232,7 @@ class GroundingChecker:
                 }
             )
             if not answered:
-                return self._fallback(
-                    question, passages, REASON_NOT_AN_ANSWER, verdicts, fallback_answer, retrieved_documents
-                )
+                return self._fallback(question, passages, REASON_NOT_AN_ANSWER, verdicts, fallback_answer)
         text, cited = _shown(kept, passages)
         if fallback_answer is not None:
             # A record answer cites the table's records (in table order), not the prompt's numbered passages.
@@ -293,22 +284,11 @@ class GroundingChecker:
         reason: str,
         verdicts: list[dict[str, Any]],
         fallback_answer: str | None,
-        retrieved: list[Document] | None = None,
     ) -> dict[str, Any]:
         if fallback_answer:
             note = f"No answer from the model ({reason_text(reason)}). This is the record table's description."
             return _out(fallback_answer, [], ANSWER_SOURCE_RECORD_TABLE, note, reason, verdicts)
         extraction = fallback.extract_answer(question, passages)
-        given = {doc.id for doc in passages}
-        if retrieved and (not extraction.text or any(doc.id not in given for doc in retrieved)):
-            # The answer was given the last round's passages only; a passage an earlier round retrieved may hold
-            # what those lack, and a quoted sentence is backed by its passage whichever round retrieved it.
-            inputs = {"reason": reason, "passages": len(retrieved)}
-            with step_span("fallback", "answer_fallback", inputs=inputs) as span:
-                widened = fallback.extract_answer(question, retrieved)
-                span.set_content_tag(STEP_OUTPUT, fallback.sentences_output(widened))
-            if widened.text:
-                extraction = widened
         if not extraction.text:
             return _out("", [], fallback.ANSWER_SOURCE_NONE, fallback_note(reason, extracted=False), reason, verdicts)
         return _out(

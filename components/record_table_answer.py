@@ -42,22 +42,20 @@ class RecordTableAnswer:
 
     @component.output_types(answer=str, cited_documents=list[Document], citations=list[Citation] | None,
                             stop_reason=str, table=dict | None, answer_source=str, documents=list[Document],
-                            fallback_answer=str | None, retrieved_documents=list[Document])
+                            fallback_answer=str | None)
     def run(self, result: ATRAGRound) -> dict[str, Any]:
         """
         :param result: The final round (answer, cited documents, stop reason, table).
         :returns: `answer`, `cited_documents` (none with a table), `citations` (record citations, or None to cite
             the documents),
             `stop_reason`, `table`, `answer_source` (`model` or `record_table`), the prompt's `documents` and
-            `fallback_answer` (the table's description, or None without a table) and `retrieved_documents` (every
-            passage the rounds retrieved).
+            `fallback_answer` (the table's description, or None without a table).
         """
         out: dict[str, Any] = {"answer": result.answer, "cited_documents": list(result.cited_documents),
                                "citations": None,
                                "stop_reason": "" if result.stop_reason is None else result.stop_reason.value,
                                "table": result.table, "answer_source": "model",
-                               "documents": list(result.prompt_documents), "fallback_answer": None,
-                               "retrieved_documents": list(result.retrieved)}
+                               "documents": list(result.prompt_documents), "fallback_answer": None}
         if result.table is None:
             return out
         if not usable(result.answer):

@@ -11,16 +11,14 @@ A table row (a spreadsheet's or CSV's chunk is a Markdown table under its header
 its column names, "Order: 125005; Customer: Customer 17; Amount: 6556.75", so an exact-value question about a sheet
 still gets the row that answers it.
 
-The passages come from the run itself, already filtered by the caller's access scope. A loop's controller carries
-the passages of every round in its state (`merge_passages`) and its graph hands them to the grounding node as
-`retrieved_documents`: the fallback quotes the passages of every round (AT-RAG's last rewrite may retrieve nothing
-useful while an earlier one did). Not `Pipeline.run(include_outputs_from=...)`: it keeps a looping component's
-last visit only. A run the LLM call budget stopped mid-graph has no outputs: for it (and a strategy without a
-grounding node) the step tracer keeps the documents of every component output (`note_passages`, `passages_of`).
+The passages come from the run itself: the step tracer hands every component output to `note_passages`, which
+keeps the documents the run retrieved (already filtered by the caller's access scope) for `finish` to read. Not
+`Pipeline.run(include_outputs_from=...)`: it keeps a looping component's last visit only, and the fallback quotes
+the passages of every round (AT-RAG's last rewrite may retrieve nothing useful while an earlier one did).
 
 Usage:
-    state = replace(state, retrieved=merge_passages(state.retrieved, round_documents))   # in a loop controller
-    fallback = extract_answer(question, retrieved_documents)
+    note_passages(recorder, {"documents": docs})          # done by docqa.step_tracer for every component run
+    fallback = extract_answer(question, passages_of(recorder))
     fallback.text, fallback.documents
 """
 
@@ -86,17 +84,6 @@ _passages: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDicti
 _lock = threading.Lock()
 
 
-def merge_passages(kept: Sequence[Any], found: Sequence[Any] | None) -> tuple[Any, ...]:
-    """`kept` and then the passages of `found` not yet kept (by id, in order first seen), at most MAX_PASSAGES."""
-    merged = {doc.id: doc for doc in kept}
-    for doc in found or ():
-        if len(merged) >= MAX_PASSAGES:
-            break
-        if _is_passage(doc):
-            merged.setdefault(doc.id, doc)
-    return tuple(merged.values())
-
-
 def note_passages(recorder: Any, outputs: Mapping[str, Any]) -> None:
     """Keep the documents among a component's outputs (top-level lists of Haystack `Document`s) for `recorder`."""
     found = [doc for value in outputs.values() if isinstance(value, list) for doc in value if _is_passage(doc)]
@@ -114,12 +101,6 @@ def passages_of(recorder: Any) -> list[Any]:
     """The documents the run retrieved, in the order first seen."""
     with _lock:
         return list(_passages.get(recorder, {}).values())
-
-
-def sentences_output(extraction: Extraction) -> dict[str, Any]:
-    """What the `answer_fallback` step shows of an extraction: each quoted sentence with its passage and score."""
-    return {"sentences": [{"sentence": s, "document_id": d.id, "score": round(score, 3)}
-                          for s, d, score in extraction.sentences]}
 
 
 def _is_passage(doc: Any) -> bool:

@@ -132,8 +132,8 @@ class DocqaSpan(Span):
             self.step.inputs = to_jsonable(dict(value))
         elif key in (_OUTPUT_TAG, names.STEP_OUTPUT) and isinstance(value, Mapping):
             if key == _OUTPUT_TAG and self.recorder is not None:
-                # The raw documents, not their summaries, for an answer quoted outside the graph: a run the LLM call
-                # budget stopped mid-graph has no outputs (a graph's passages otherwise reach its grounding node).
+                # The raw documents, not their summaries: an answer extracted when the model gives none quotes the
+                # passages of every round of a loop, and a pipeline's outputs hold a looping node's last round only.
                 note_passages(self.recorder, value)
             # Model calls made during the step are already in `outputs`; keep them after the step's own outputs.
             calls = self.step.outputs.pop("llm_calls", None)

@@ -19,9 +19,8 @@ Graph (`docqa pipelines export atrag` prints it as YAML):
         record_round / window_retriever / ranked_retriever -documents-> prompt_joiner -> cot_answer_generator
         record_round.state / mode_router.{window,ranked}_state -> retrieved_joiner -> controller.state
         cot_answer_generator -> answer_grader
-        controller <- (retrieved round and passages, generator answer/cited_documents, grader passed/feedback)
+        controller <- (retrieved round, generator answer/cited_documents, grader passed/feedback)
         controller -final-> final_joiner -> record_table                      (answer_accepted, max_iterations)
-        record_table -retrieved_documents-> grounding          (every round's passages, for an extracted answer)
         controller -previous_queries/rewrite_feedback-> query_rewriter -query-> rewrite_router
         controller -pending-> rewrite_router -again/next_query-> round_joiner, round_query   (a new query)
                                              -stopped-> final_joiner                          (no_new_query)
@@ -146,7 +145,6 @@ def atrag_graph(*, resolver: RecordQueryResolver, ranked_retriever: TopicFiltere
         ("mode_router.window_state", "retrieved_joiner.value"),
         ("mode_router.ranked_state", "retrieved_joiner.value"),
         ("prompt_joiner.value", "cot_answer_generator.documents"),
-        ("prompt_joiner.value", "controller.retrieved_documents"),
         ("retrieved_joiner.value", "controller.state"),
         ("cot_answer_generator.answer", "answer_grader.answer"),
         ("cot_answer_generator.prompt_documents", "answer_grader.documents"),

@@ -82,21 +82,15 @@ def finish(
     recorder: StepRecorder,
     stop_reason: str | None = None,
     grounding: GroundingOutcome | None = None,
-    passages: list[Any] | None = None,
 ) -> PipelineResult:
     """The result of a run. With `grounding` (the strategy's grounding node ran) its decision stands, refined only
-    by what the node cannot see: a reply the generator dropped as an echo, and a grader's verdict.
-
-    :param passages: Every passage the run retrieved, when its graph says (its `retrieved_documents`), for an
-        answer extracted here; else the documents the step tracer saw (a run stopped mid-graph has no outputs).
-    """
+    by what the node cannot see: a reply the generator dropped as an echo, and a grader's verdict."""
     config = pipeline.config()
     with record_steps(recorder):
         if grounding is not None:
-            answer, citations, source, note = _grounded_answer(question, answer, citations, recorder, grounding,
-                                                               passages)
+            answer, citations, source, note = _grounded_answer(question, answer, citations, recorder, grounding)
         else:
-            answer, citations, source, note = _usable_answer(question, answer, citations, recorder, passages)
+            answer, citations, source, note = _usable_answer(question, answer, citations, recorder)
     return PipelineResult(
         pipeline=pipeline.name,
         question=question,
@@ -111,8 +105,8 @@ def finish(
     )
 
 
-def _usable_answer(question: str, answer: str, citations: list[Citation], recorder: StepRecorder,
-                   passages: list[Any] | None = None) -> tuple[str, list[Citation], str, str | None]:
+def _usable_answer(question: str, answer: str, citations: list[Citation],
+                   recorder: StepRecorder) -> tuple[str, list[Citation], str, str | None]:
     """The model's answer when usable; else the best-matching retrieved sentences, labelled as extracted.
 
     An `answer_fallback` step (a span) so the trace shows what the model said and what replaced it.
@@ -124,11 +118,9 @@ def _usable_answer(question: str, answer: str, citations: list[Citation], record
         question, answer, recorder.steps)
     if reason is None:
         return answer, citations, fallback.ANSWER_SOURCE_MODEL, None
-    if passages is None:
-        passages = fallback.passages_of(recorder)
     with step_span("fallback", "answer_fallback", inputs={"reason": reason, "model_answer": answer}) as span:
-        extraction = fallback.extract_answer(question, passages)
-        span.set_content_tag(STEP_OUTPUT, fallback.sentences_output(extraction))
+        extraction = fallback.extract_answer(question, fallback.passages_of(recorder))
+        span.set_content_tag(STEP_OUTPUT, _sentences(extraction))
     if not extraction.text:
         note = f"No answer: {fallback.reason_text(reason)}, and no retrieved passage matches the question."
         return "", [], fallback.ANSWER_SOURCE_NONE, note
@@ -138,10 +130,9 @@ def _usable_answer(question: str, answer: str, citations: list[Citation], record
 
 
 def _grounded_answer(question: str, answer: str, citations: list[Citation], recorder: StepRecorder,
-                     grounding: GroundingOutcome,
-                     passages: list[Any] | None) -> tuple[str, list[Citation], str, str | None]:
+                     grounding: GroundingOutcome) -> tuple[str, list[Citation], str, str | None]:
     from docqa import extractive_fallback as fallback
-    from docqa.components.grounding_checker import fallback_note
+    from docqa.components.grounding_checker import REASON_NO_PASSAGE, fallback_note
 
     # The node saw an empty answer; a model that did reply was only echoing the prompt (the generator dropped it).
     if grounding.reason == fallback.REASON_EMPTY and grounding.answer_source in (
@@ -150,11 +141,57 @@ def _grounded_answer(question: str, answer: str, citations: list[Citation], reco
         grounding = GroundingOutcome(grounding.answer_source, fallback_note(
             fallback.REASON_ECHO, extracted=grounding.answer_source == fallback.ANSWER_SOURCE_EXTRACTED),
             fallback.REASON_ECHO)
+    if grounding.reason != REASON_NO_PASSAGE and (
+            grounding.answer_source == fallback.ANSWER_SOURCE_NONE
+            or (grounding.answer_source == fallback.ANSWER_SOURCE_EXTRACTED and _retrieved_beyond_given(recorder))):
+        widened = _extracted_from_run(question, recorder, grounding.reason or fallback.REASON_EMPTY)
+        if widened is not None:
+            return widened
     if grounding.answer_source != fallback.ANSWER_SOURCE_MODEL:
         return answer, citations, grounding.answer_source, grounding.answer_note
     if fallback.unusable_reason(question, answer, recorder.steps) == fallback.REASON_UNGROUNDED:
-        return _usable_answer(question, answer, citations, recorder, passages)
+        return _usable_answer(question, answer, citations, recorder)
     return answer, citations, grounding.answer_source, grounding.answer_note
+
+
+def _retrieved_beyond_given(recorder: StepRecorder) -> bool:
+    """Whether the run retrieved passages its grounding node was not given (earlier rounds of a loop)."""
+    from docqa import extractive_fallback as fallback
+
+    checks = [step for step in recorder.steps if step.kind == "grounding"]
+    if not checks:
+        return False
+    given = {doc.get("id") for doc in checks[-1].inputs.get("documents") or [] if isinstance(doc, dict)}
+    return any(doc.id not in given for doc in fallback.passages_of(recorder))
+
+
+def _extracted_from_run(question: str, recorder: StepRecorder,
+                        reason: str) -> tuple[str, list[Citation], str, str | None] | None:
+    """Sentences quoted from every passage the run retrieved, when the grounding node quoted the passages of the
+    last generation only, or found none to quote.
+
+    In a strategy with several rounds (AT-RAG's rewrites) the last round may be the one that found nothing, while
+    an earlier round retrieved the passage that answers; quoted sentences are backed by their passage whichever
+    round retrieved it (all under the caller's access filters).
+    """
+    from docqa import extractive_fallback as fallback
+    from docqa.components.grounding_checker import fallback_note
+
+    passages = fallback.passages_of(recorder)
+    if not passages:
+        return None
+    with step_span("fallback", "answer_fallback", inputs={"reason": reason, "passages": len(passages)}) as span:
+        extraction = fallback.extract_answer(question, passages)
+        span.set_content_tag(STEP_OUTPUT, _sentences(extraction))
+    if not extraction.text:
+        return None
+    return (extraction.text, citations_from_documents(extraction.documents), fallback.ANSWER_SOURCE_EXTRACTED,
+            fallback_note(reason, extracted=True))
+
+
+def _sentences(extraction: Any) -> dict[str, Any]:
+    return {"sentences": [{"sentence": s, "document_id": d.id, "score": round(score, 3)}
+                          for s, d, score in extraction.sentences]}
 
 
 def citations_from_documents(documents: list[Any], snippet_chars: int = 200) -> list[Citation]:

@@ -2,9 +2,7 @@
 
 `attach_grounding` puts a `GroundingChecker` named `grounding` between a graph's answer and the result: it takes
 the `answer` output, the generator's own `cited_documents` and, when present, its `finish_reason`,
-`answer_source`, `fallback_answer` and `retrieved_documents` (every passage the run retrieved, all rounds of a
-loop: quoted when the answer is replaced and the given passages give nothing to quote, or some were not given;
-a graph without it simply quotes the given ones); the passages it checks against are the answering component's own
+`answer_source` and `fallback_answer`; the passages it checks against are the answering component's own
 `documents` output (the passages it was given, in prompt order), else what feeds its `documents` input, else a
 socket the strategy names (without any, the generator's `cited_documents` are the passages). A graph that already has a
 `GroundingChecker` (a YAML export of a built-in) keeps it.
@@ -29,7 +27,7 @@ from docqa.components.grounding_checker import GroundingChecker
 
 GROUNDING_NODE = "grounding"
 PRINCIPALS_SOCKET = "principals"
-_PASSED_THROUGH = ("cited_documents", "finish_reason", "answer_source", "fallback_answer", "retrieved_documents")
+_PASSED_THROUGH = ("cited_documents", "finish_reason", "answer_source", "fallback_answer")
 
 
 def grounding_node(pipeline: Pipeline) -> str | None:

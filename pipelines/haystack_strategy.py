@@ -16,14 +16,9 @@ The contract between docqa and a strategy's graph:
   one-node graph); with nothing, it answers at once that no passage the caller may read matches, with
   `answer_source` "none" and no model call, and the count is the trace's one step (`readable_passages`, kind
   `access`). Otherwise the count is no step and no span: the trace and OpenTelemetry start at the graph.
-- passages of the run: an optional unconnected `retrieved_documents` output (every passage the run retrieved, all
-  rounds of a loop) feeds the grounding node, which quotes them when the answer is replaced, and an answer a
-  grader judged unsupported. A graph without it quotes the passages its answer was given (an answer a grader
-  judged unsupported: the documents the step tracer saw).
 - budget: a run the LLM call budget stops after model calls were made answers with what it gathered (the
   extracted sentences of its passages) and `stop_reason` `llm_budget`, never an error; refused before any call,
-  it raises `LLMBudgetExceededError`. The graph raised mid-run, so it has no outputs: those passages are the
-  documents the step tracer saw.
+  it raises `LLMBudgetExceededError`.
 - steps: one per step span, from docqa's Haystack tracer (`docqa.step_tracer`): each component run (the step
   kind is the strategy's mapping, else the component's `step_kind` attribute, else a guess from its class name)
   and each `docqa.<kind>` span the components open (tree nodes, summaries); model calls are spans added to their
@@ -78,7 +73,6 @@ CITATIONS_OUTPUT = "cited_documents"
 # them (not None) they replace the citations built from `cited_documents`.
 READY_CITATIONS_OUTPUT = "citations"
 STOP_REASON_OUTPUT = "stop_reason"
-RETRIEVED_OUTPUT = "retrieved_documents"
 STOP_LLM_BUDGET = "llm_budget"
 RUN_SPAN = "docqa.strategy.run"
 RUN_STRATEGY_TAG = "docqa.strategy"
@@ -172,18 +166,6 @@ def _budget_error(exc: BaseException) -> LLMBudgetExceededError | None:
     return cause if isinstance(cause, LLMBudgetExceededError) else None
 
 
-def _retrieved_sender(pipeline: Pipeline, grounding: str | None) -> tuple[str, str] | None:
-    """(component, socket) of the passages that feed the grounding node's `retrieved_documents`, else of an open
-    `retrieved_documents` output."""
-    if grounding is not None:
-        fed = [(sender, data["from_socket"].name) for sender, _, data in pipeline.graph.in_edges(grounding, data=True)
-               if data["to_socket"].name == RETRIEVED_OUTPUT]
-        if fed:
-            return fed[0]
-    owners = [name for name, sockets in pipeline.outputs().items() if RETRIEVED_OUTPUT in sockets]
-    return (owners[0], RETRIEVED_OUTPUT) if len(owners) == 1 else None
-
-
 class HaystackStrategy:
     """Runs a `haystack.Pipeline` as a docqa strategy (see the module docstring for the contract).
 
@@ -218,7 +200,6 @@ class HaystackStrategy:
         self.pipeline = pipeline
         self.grounding = attach_grounding(pipeline, require_passages=require_passages,
                                           inputs=grounding_inputs) if grounding else None
-        self._retrieved_of = _retrieved_sender(pipeline, self.grounding)
         store = readable_store(pipeline) if require_passages else None
         self._readable = Pipeline()
         if store is not None:
@@ -344,8 +325,7 @@ class HaystackStrategy:
                 return self._answer_without_passages(question, scope, recorder)
         with record_steps(recorder, self.kinds):
             try:
-                outputs = self.pipeline.run(
-                    data, include_outputs_from={self._retrieved_of[0]} if self._retrieved_of else None)
+                outputs = self.pipeline.run(data)
             except PipelineRuntimeError as exc:
                 out_of_budget = _budget_error(exc)
                 if out_of_budget is None or not recorder.totals().llm_calls:
@@ -370,11 +350,8 @@ class HaystackStrategy:
         checked = outputs.get(self.grounding or "", {})
         outcome = GroundingOutcome(checked["answer_source"], checked.get("answer_note"), checked.get("reason")) \
             if "answer_source" in checked else None
-        owner, socket = self._retrieved_of or ("", "")
-        retrieved = outputs.get(owner, {}).get(socket)
         return finish(self, question, answer if isinstance(answer, str) else str(answer),
-                      citations, recorder, stop_reason=stop_reason or None, grounding=outcome,
-                      passages=list(retrieved) if isinstance(retrieved, list) else None)
+                      citations, recorder, stop_reason=stop_reason or None, grounding=outcome)
 
     def _answer_without_passages(self, question: str, scope: AccessScope, recorder: StepRecorder) -> PipelineResult:
         """Nothing the caller may read: say so at once, naming who asked and nothing of other documents."""
