@@ -56,15 +56,15 @@ def sample_result() -> Any:
 
 
 def writer(settings: Any, count: int, barrier: Any) -> None:
-    from docqa.audit.recorder import record_answer
+    from docqa.audit.recorder import TraceRecord, record_answer
 
     result = sample_result()
-    kwargs = {"asked_by": "bench", "tenant": "acme", "question": result.question, "pipeline": "bench",
-              "models": {"generator": "local"}}
-    record_answer(settings, result, **kwargs)  # connections, keys and imports warm before the clock starts
+    record = TraceRecord(asked_by="bench", tenant="acme", question=result.question, pipeline="bench",
+                         models={"generator": "local"}, result=result)
+    record_answer(settings, record)  # connections, keys and imports warm before the clock starts
     barrier.wait()
     for _ in range(count - 1):
-        record_answer(settings, result, **kwargs)
+        record_answer(settings, record)
 
 
 def concurrent_appends(settings: Any, writers: int, total: int) -> float:
@@ -100,11 +100,11 @@ def verification_seconds(settings: Any, repeats: int = 3) -> tuple[float, Any]:
 
 def payload_bytes() -> int:
     from docqa.audit.canonical import canonical_bytes, trace_payload
-    from docqa.audit.recorder import build_trace
+    from docqa.audit.recorder import TraceRecord, build_trace
     from docqa.settings import Settings
 
-    trace = build_trace(Settings(), sample_result(), asked_by="bench", tenant="acme", question="q", pipeline="bench",
-                        models={}, config=None, error=None, steps=None, asked_at=None)
+    trace = build_trace(Settings(), TraceRecord(asked_by="bench", tenant="acme", question="q", pipeline="bench",
+                                                models={}, result=sample_result()))
     return len(canonical_bytes(trace_payload(trace)))
 
 
@@ -171,7 +171,7 @@ def overhead_figures(args: argparse.Namespace, workdir: Path) -> None:
     from haystack.document_stores.types import DuplicatePolicy
 
     from docqa.access import AccessScope
-    from docqa.audit.recorder import models_from_settings, record_answer
+    from docqa.audit.recorder import TraceRecord, models_from_settings, record_answer
     from docqa.pipelines.registry import build_pipeline
     from docqa.runtime import Runtime
     from docqa.schema import upgrade_database
@@ -217,8 +217,8 @@ def overhead_figures(args: argparse.Namespace, workdir: Path) -> None:
                 steps.append(len(result.steps))
                 for label, target in targets:
                     t0 = time.perf_counter()
-                    record_answer(target, result, asked_by="bench", tenant="bench", question=q.question,
-                                  pipeline=name, models=models)
+                    record_answer(target, TraceRecord(asked_by="bench", tenant="bench", question=q.question,
+                                                      pipeline=name, models=models, result=result))
                     write = time.perf_counter() - t0
                     writes[label].append(write)
                     shares[label].append(write / (answered + write))

@@ -125,15 +125,15 @@ def fill_mixed(settings: Any, links: int) -> None:
     from docqa.audit import events as ev
     from docqa.audit.events import append_event
     from docqa.audit.keys import hmac_key
-    from docqa.audit.recorder import append_trace, audit_session, build_trace
+    from docqa.audit.recorder import TraceRecord, append_trace, audit_session, build_trace
 
     result = sample_result()
     key = hmac_key(settings)
     with audit_session(settings) as session:
         for n in range(links):
             if n % 5 == 0:  # one trace (6 steps) per four events
-                trace = build_trace(settings, result, asked_by="alice", tenant="acme", question="q", pipeline="bench",
-                                    models={}, config=None, error=None, steps=None, asked_at=None)
+                trace = build_trace(settings, TraceRecord(asked_by="alice", tenant="acme", question="q",
+                                                          pipeline="bench", models={}, result=result))
                 append_trace(session, trace, key)
             else:
                 append_event(session, settings, tenant="acme", actor="root", action=ev.GROUP_MEMBER_ADDED,

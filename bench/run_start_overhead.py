@@ -41,7 +41,7 @@ def measure(settings: Any, runs: int, leftovers: int) -> None:
     from sqlalchemy.orm import Session
 
     from docqa.audit.models import AuditRun
-    from docqa.audit.recorder import audit_engine, close_interrupted_runs, open_run, record_answer
+    from docqa.audit.recorder import TraceRecord, audit_engine, close_interrupted_runs, open_run, record_answer
     from docqa.audit.runs import Owner, open_runs
     from docqa.schema import upgrade_database
 
@@ -56,11 +56,12 @@ def measure(settings: Any, runs: int, leftovers: int) -> None:
         open_run(settings, run_id=ids[-1], config={"top_k": 5}, asked_at=datetime.now(UTC), timeout_s=300,
                  **common)
 
-    record_answer(settings, None, **trace)  # connections and keys warm before timing
+    record = TraceRecord(**trace)
+    record_answer(settings, record)  # connections and keys warm before timing
     started_ms = timed_ms(start, runs)
     settled = iter(list(ids))
-    settle_ms = timed_ms(lambda: record_answer(settings, None, run_id=next(settled), **trace), runs)
-    plain_ms = timed_ms(lambda: record_answer(settings, None, **trace), runs)
+    settle_ms = timed_ms(lambda: record_answer(settings, record, run_id=next(settled)), runs)
+    plain_ms = timed_ms(lambda: record_answer(settings, record), runs)
     with Session(audit_engine(settings)) as session:
         look_ms = timed_ms(lambda: open_runs(session), runs)
     ids.clear()

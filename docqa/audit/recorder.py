@@ -3,8 +3,9 @@
 Usage:
     open_run(settings, run_id=run_id, asked_by="alice", tenant="acme", question=q, pipeline="standard",
              config=config, models=models, asked_at=now)
-    trace_id = record_answer(settings, result, asked_by="alice", tenant="acme", question=q, pipeline="standard",
-                             models=models, run_id=run_id)
+    record = TraceRecord(asked_by="alice", tenant="acme", question=q, pipeline="standard", models=models,
+                         result=result)
+    trace_id = record_answer(settings, record, run_id=run_id)
 
 A question's run and its trace are driven by the question service (`docqa.questions.audited_run.AuditedRun`),
 which decides what is recorded; this module stores it. A run is written `started` (an `AuditRun` row, see
@@ -23,6 +24,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -82,48 +84,50 @@ def models_from_settings(settings: Settings) -> dict[str, str | None]:
     return {role: settings.endpoint_for(role).model for role in LLM_ROLES}
 
 
-def record_answer(
-    settings: Settings,
-    result: PipelineResult | None,
-    *,
-    asked_by: str,
-    tenant: str,
-    question: str,
-    pipeline: str,
-    models: dict[str, Any],
-    config: dict[str, Any] | None = None,
-    error: str | None = None,
-    steps: Sequence[Step] | None = None,
-    asked_at: datetime | None = None,
-    session: Session | None = None,
-    status: str | None = None,
-    run_id: str | None = None,
-    config_hash: str | None = None,
-) -> str:
-    """Append one trace to the chain and return its id.
+@dataclass(frozen=True)
+class TraceRecord:
+    """What the trace of one run records, as the run left it (the trace scrubs secrets out of it).
 
-    :param result: the pipeline's result; `None` for a failed run, which then needs `error`.
+    :param result: the pipeline's result; `None` for a run without one, which then needs `error`.
     :param config: the pipeline configuration when there is no result (a result carries its own).
-    :param steps: the steps of a failed run (a result carries its own).
+    :param steps: the steps of a run without a result (a result carries its own).
+    :param asked_at: when the question was asked; None: now.
     :param status: what the caller got when that is not simply completed/failed (`timed_out`, `cancelled`,
         `interrupted`).
+    :param config_hash: the hash of the strategy's config, when `config` does not carry it (`config_hash`); a
+        config with neither is hashed in the trace's canonical form.
+    """
+
+    asked_by: str
+    tenant: str
+    question: str
+    pipeline: str
+    models: dict[str, Any]
+    result: PipelineResult | None = None
+    config: dict[str, Any] | None = None
+    error: str | None = None
+    steps: Sequence[Step] | None = None
+    asked_at: datetime | None = None
+    status: str | None = None
+    config_hash: str | None = None
+
+
+def record_answer(settings: Settings, record: TraceRecord, *, session: Session | None = None,
+                  run_id: str | None = None) -> str:
+    """Append the trace of `record` to the chain and return its id.
+
     :param session: append inside the caller's transaction (from `audit_session`); the caller commits.
         Without it the trace is committed before this returns.
     :param run_id: the run's id (from `open_run`): the trace takes it and replaces the run's `started` row.
-    :param config_hash: the hash of the strategy's config, when `config` does not carry it (`config_hash`); a
-        config with neither is hashed in the trace's canonical form.
     :returns: the trace id.
+    :raises ValueError: a record without a result that does not say what went wrong, or without who asked.
     :raises RunAlreadySettled: the run already has its trace (nothing is written).
     """
-    if result is None and error is None:
+    if record.result is None and record.error is None:
         raise ValueError("a trace without a pipeline result must say what went wrong (error)")
-    if not asked_by or not tenant:
+    if not record.asked_by or not record.tenant:
         raise ValueError("a trace needs who asked (asked_by) and their tenant")
-    trace = build_trace(
-        settings, result, asked_by=asked_by, tenant=tenant, question=question, pipeline=pipeline,
-        models=models, config=config, error=error, steps=steps, asked_at=asked_at, status=status,
-        config_hash=config_hash,
-    )
+    trace = build_trace(settings, record)
     if run_id is not None:
         trace.id = run_id
     key = hmac_key(settings)
@@ -132,7 +136,7 @@ def record_answer(
     else:
         with audit_session(settings) as own:
             _settle_and_append(own, trace, key, run_id)
-    logger.info("audit trace %s seq=%s status=%s pipeline=%s", trace.id, trace.seq, trace.status, pipeline)
+    logger.info("audit trace %s seq=%s status=%s pipeline=%s", trace.id, trace.seq, trace.status, record.pipeline)
     return trace.id
 
 
@@ -173,12 +177,12 @@ def close_interrupted_runs(settings: Settings, *, grace_s: float = DEFAULT_GRACE
     for run in stale:
         owner = Owner.of(run)
         try:
-            closed.append(record_answer(
-                settings, None, asked_by=run.asked_by, tenant=run.tenant, question=run.question,
-                pipeline=run.pipeline, models=run.models, config=run.config, asked_at=run.asked_at,
-                status=STATUS_INTERRUPTED, run_id=run.id,
+            record = TraceRecord(
+                asked_by=run.asked_by, tenant=run.tenant, question=run.question, pipeline=run.pipeline,
+                models=run.models, config=run.config, asked_at=run.asked_at, status=STATUS_INTERRUPTED,
                 error=f"the run was interrupted: {owner.describe()} ended before it finished",
-            ))
+            )
+            closed.append(record_answer(settings, record, run_id=run.id))
         except RunAlreadySettled:
             continue  # its owner, or another process closing leftovers, traced it meanwhile
     if closed:
@@ -213,41 +217,26 @@ def append_trace(session: Session, trace: AuditTrace, key: bytes) -> None:
     append_link(session, trace, TRACE, key, payload)
 
 
-def build_trace(
-    settings: Settings,
-    result: PipelineResult | None,
-    *,
-    asked_by: str,
-    tenant: str,
-    question: str,
-    pipeline: str,
-    models: dict[str, Any],
-    config: dict[str, Any] | None,
-    error: str | None,
-    steps: Sequence[Step] | None,
-    asked_at: datetime | None,
-    status: str | None = None,
-    config_hash: str | None = None,
-) -> AuditTrace:
+def build_trace(settings: Settings, record: TraceRecord) -> AuditTrace:
+    """The trace row of `record`, scrubbed of the settings' secrets, not yet linked to the chain."""
     secrets = secret_values(settings)
-    if result is not None:
-        config = result.config
-        steps = result.steps
+    result = record.result
+    config, steps = (result.config, result.steps) if result is not None else (record.config, record.steps)
     config = clean(dict(config or {}), secrets)
     trace = AuditTrace(
         id=str(uuid.uuid4()),
-        asked_by=clean_text(asked_by, secrets),
-        tenant=clean_text(tenant, secrets),
-        asked_at=(asked_at or datetime.now(UTC)).astimezone(UTC),
-        question=clean_text(question, secrets),
-        pipeline=pipeline,
-        config_hash=str(config.get("config_hash") or config_hash or _hash_of(config)),
+        asked_by=clean_text(record.asked_by, secrets),
+        tenant=clean_text(record.tenant, secrets),
+        asked_at=(record.asked_at or datetime.now(UTC)).astimezone(UTC),
+        question=clean_text(record.question, secrets),
+        pipeline=record.pipeline,
+        config_hash=str(config.get("config_hash") or record.config_hash or _hash_of(config)),
         config=config,
-        models=clean(dict(models), secrets),
+        models=clean(dict(record.models), secrets),
         answer=None if result is None else clean_text(result.answer, secrets),
         citations=[] if result is None else clean([_citation(c) for c in result.citations], secrets),
-        status=status or (STATUS_FAILED if error is not None else STATUS_COMPLETED),
-        error=None if error is None else clean_text(error, secrets),
+        status=record.status or (STATUS_FAILED if record.error is not None else STATUS_COMPLETED),
+        error=None if record.error is None else clean_text(record.error, secrets),
         stop_reason=None if result is None else result.stop_reason,
         totals=clean(_totals(result, steps), secrets),
     )
@@ -306,11 +295,10 @@ def record_stopped_before_start(
     config: dict[str, Any],
 ) -> str:
     """The trace of a question stopped (timed out, cancelled) before its pipeline began to run."""
-    return record_answer(
-        settings, None, asked_by=asked_by, tenant=tenant, question=question, pipeline=pipeline,
-        models=models_from_settings(settings), config=config, status=outcome,
-        error=f"the run {stopped_description(outcome)} before it started",
-    )
+    return record_answer(settings, TraceRecord(
+        asked_by=asked_by, tenant=tenant, question=question, pipeline=pipeline, models=models_from_settings(settings),
+        config=config, status=outcome, error=f"the run {stopped_description(outcome)} before it started",
+    ))
 
 
 def stopped_description(outcome: str) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 from docqa.access import AccessScope
 from docqa.audit.recorder import (
+    TraceRecord,
     close_interrupted_runs_now_and_then,
     models_from_settings,
     open_run,
@@ -109,19 +110,20 @@ class AuditedRun:
                 raise
             except Exception as exc:
                 if self.control.decide(OUTCOME_FAILED):
-                    record_answer(
-                        self.settings, None, question=self.question, config=self._config(),
-                        config_hash=self._config_hash(), error=f"{type(exc).__name__}: {exc}",
-                        steps=self._steps(_steps_of_failed_run(recorders)), run_id=self.run_id, **self._common,
+                    record = TraceRecord(
+                        question=self.question, config=self._config(), config_hash=self._config_hash(),
+                        error=f"{type(exc).__name__}: {exc}", steps=self._steps(_steps_of_failed_run(recorders)),
+                        **self._common,
                     )
+                    record_answer(self.settings, record, run_id=self.run_id)
                 raise
         if not self.control.decide(OUTCOME_COMPLETED):
             # Timed out or cancelled while finishing: the caller never got this answer, and the trace says so.
             raise RunStopped(self.control.outcome or OUTCOME_CANCELLED)
         result.config = {**result.config, **self.run_data}
         result.steps = self._steps(result.steps)
-        result.trace_id = record_answer(self.settings, result, question=result.question, run_id=self.run_id,
-                                        **self._common)
+        record = TraceRecord(question=result.question, result=result, **self._common)
+        result.trace_id = record_answer(self.settings, record, run_id=self.run_id)
         return result
 
     def _config(self) -> dict[str, Any]:
@@ -146,11 +148,11 @@ class AuditedRun:
         with self._starting:
             described = stopped_description(outcome)
             steps = self._recorders[0].snapshot(f"not finished: the run {described}") if self._recorders else []
-            record_answer(
-                self.settings, None, question=self.question, config=self._config(), config_hash=self._config_hash(),
-                status=outcome, error=f"the run {described}", steps=self._steps(steps), run_id=self.run_id,
-                **self._common,
+            record = TraceRecord(
+                question=self.question, config=self._config(), config_hash=self._config_hash(), status=outcome,
+                error=f"the run {described}", steps=self._steps(steps), **self._common,
             )
+            record_answer(self.settings, record, run_id=self.run_id)
 
 
 def _steps_of_failed_run(recorders: list[StepRecorder]) -> list[Step]:

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError
 from docqa.audit import events as ev
 from docqa.audit.events import append_event
 from docqa.audit.models import AuditEvent, AuditTrace
-from docqa.audit.recorder import audit_session, record_answer
+from docqa.audit.recorder import TraceRecord, audit_session, record_answer
 from docqa.db import session_factory
 from docqa.schema import downgrade_database, upgrade_database
 from docqa.settings import Settings
@@ -33,8 +33,8 @@ def settings(tmp_path):
 
 
 def answer(settings: Settings, tenant: str) -> str:
-    return record_answer(settings, tree_result(), asked_by="someone", tenant=tenant, question="q?",
-                         pipeline="tree_test", models={})
+    return record_answer(settings, TraceRecord(asked_by="someone", tenant=tenant, question="q?", pipeline="tree_test",
+                                               models={}, result=tree_result()))
 
 
 def event(settings: Settings, tenant: str, n: int) -> str:

@@ -61,7 +61,7 @@ def runtime(local_llm_settings: Settings, sample: tuple[str, str, list[Document]
 
 
 def test_a_long_form_query_builds_a_bounded_tree_and_a_cited_answer(runtime: Runtime, sample) -> None:
-    from docqa.audit.recorder import audit_session, models_from_settings, record_answer
+    from docqa.audit.recorder import TraceRecord, audit_session, models_from_settings, record_answer
     from docqa.server.trace_queries import read_trace
 
     question, gold, documents = sample
@@ -88,8 +88,10 @@ def test_a_long_form_query_builds_a_bounded_tree_and_a_cited_answer(runtime: Run
     assert {c.document_id for c in result.citations} <= known
     json.dumps(result.to_dict())
 
-    trace_id = record_answer(runtime.settings, result, asked_by="tester", tenant=TENANT, question=question,
-                             pipeline="contregen", models=models_from_settings(runtime.settings))
+    trace_id = record_answer(runtime.settings, TraceRecord(asked_by="tester", tenant=TENANT, question=question,
+                                                           pipeline="contregen",
+                                                           models=models_from_settings(runtime.settings),
+                                                           result=result))
     with audit_session(runtime.settings) as session:
         trace = read_trace(session, TENANT, trace_id)
     assert trace is not None and trace["stop_reason"] == result.stop_reason

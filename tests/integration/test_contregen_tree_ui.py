@@ -42,7 +42,7 @@ document.body.dataset.ready = "1";
 
 
 def _trace(tmp_path: Path) -> dict:
-    from docqa.audit.recorder import audit_session, record_answer
+    from docqa.audit.recorder import TraceRecord, audit_session, record_answer
     from docqa.server.trace_queries import read_trace
 
     llm = ScriptedChatGenerator(rules=[
@@ -61,8 +61,8 @@ def _trace(tmp_path: Path) -> dict:
     scope = AccessScope("acme", frozenset({"alice"}))
     result = strategy.run(QUESTION, scope)
     settings = Settings(data_dir=tmp_path / "data")
-    trace_id = record_answer(settings, result, asked_by="alice", tenant="acme", question=QUESTION,
-                             pipeline="contregen", models={})
+    trace_id = record_answer(settings, TraceRecord(asked_by="alice", tenant="acme", question=QUESTION,
+                                                   pipeline="contregen", models={}, result=result))
     with audit_session(settings) as session:
         trace = read_trace(session, "acme", trace_id)
     assert trace is not None

@@ -65,7 +65,7 @@ def runtime(local_llm_settings: Settings, sample: tuple[list, dict[str, list]]) 
 
 
 def test_terminates_within_the_bounds_and_writes_every_step(runtime: Runtime, sample) -> None:
-    from docqa.audit.recorder import audit_session, models_from_settings, record_answer
+    from docqa.audit.recorder import TraceRecord, audit_session, models_from_settings, record_answer
     from docqa.server.trace_queries import read_trace
 
     questions, split = sample
@@ -96,9 +96,10 @@ def test_terminates_within_the_bounds_and_writes_every_step(runtime: Runtime, sa
         assert isinstance(result.answer, str)
         json.dumps(result.to_dict())
 
-        trace_id = record_answer(runtime.settings, result, asked_by="tester", tenant=TENANT,
-                                 question=question.question, pipeline="mspr",
-                                 models=models_from_settings(runtime.settings))
+        trace_id = record_answer(runtime.settings, TraceRecord(asked_by="tester", tenant=TENANT,
+                                                               question=question.question, pipeline="mspr",
+                                                               models=models_from_settings(runtime.settings),
+                                                               result=result))
         with audit_session(runtime.settings) as session:
             trace = read_trace(session, TENANT, trace_id)
         assert trace is not None

@@ -51,7 +51,7 @@ def runtime(local_llm_settings: Settings, sample: tuple[list, list]) -> Runtime:
 
 
 def test_terminates_within_m_and_writes_every_step(runtime: Runtime, sample: tuple[list, list]) -> None:
-    from docqa.audit.recorder import audit_session, models_from_settings, record_answer
+    from docqa.audit.recorder import TraceRecord, audit_session, models_from_settings, record_answer
     from docqa.server.trace_queries import read_trace
 
     questions, documents = sample
@@ -85,9 +85,10 @@ def test_terminates_within_m_and_writes_every_step(runtime: Runtime, sample: tup
         assert isinstance(result.answer, str)
         json.dumps(result.to_dict())
 
-        trace_id = record_answer(runtime.settings, result, asked_by="tester", tenant=TENANT,
-                                 question=question.question, pipeline="resp",
-                                 models=models_from_settings(runtime.settings))
+        trace_id = record_answer(runtime.settings, TraceRecord(asked_by="tester", tenant=TENANT,
+                                                               question=question.question, pipeline="resp",
+                                                               models=models_from_settings(runtime.settings),
+                                                               result=result))
         with audit_session(runtime.settings) as session:
             trace = read_trace(session, TENANT, trace_id)
         assert trace is not None

@@ -15,7 +15,7 @@ from docqa.audit.canonical import canonical_bytes, trace_payload
 from docqa.audit.chain import link_mac
 from docqa.audit.keys import hmac_key
 from docqa.audit.models import AuditTrace
-from docqa.audit.recorder import record_answer
+from docqa.audit.recorder import TraceRecord, record_answer
 from docqa.db import Base, session_factory
 from docqa.recording import StepRecorder, document_summary, record_llm_call
 from docqa.result import Citation, LLMUsage, PipelineResult
@@ -61,11 +61,10 @@ def tree_result(question: str = "Who founded Acme and when?", answer: str = "Jan
 def record(settings: Settings, result: PipelineResult | None = None, *, asked_at: datetime | None = None,
            error: str | None = None) -> str:
     result = result if result is not None or error is not None else tree_result()
-    return record_answer(
-        settings, result, asked_by="alice", tenant="acme", question="Who founded Acme?",
-        pipeline="tree_test", models={"generator": "gen", "summarizer": "summarizer-model"},
-        config={"top_k": 2}, error=error, asked_at=asked_at,
-    )
+    return record_answer(settings, TraceRecord(asked_by="alice", tenant="acme", question="Who founded Acme?",
+                                               pipeline="tree_test",
+                                               models={"generator": "gen", "summarizer": "summarizer-model"},
+                                               result=result, config={"top_k": 2}, error=error, asked_at=asked_at))
 
 
 def fill(settings: Settings, count: int) -> list[str]:
@@ -119,10 +118,10 @@ def crash_mid_write(settings: Settings, marker_path: str) -> None:
     import os
     from pathlib import Path
 
-    from docqa.audit.recorder import append_trace, audit_session, build_trace
+    from docqa.audit.recorder import TraceRecord, append_trace, audit_session, build_trace
 
-    trace = build_trace(settings, tree_result(), asked_by="alice", tenant="acme", question="q",
-                        pipeline="tree_test", models={}, config=None, error=None, steps=None, asked_at=None)
+    trace = build_trace(settings, TraceRecord(asked_by="alice", tenant="acme", question="q", pipeline="tree_test",
+                                              models={}, result=tree_result()))
     with audit_session(settings) as session:
         append_trace(session, trace, hmac_key(settings))
         Path(marker_path).write_text(trace.id)

@@ -18,7 +18,7 @@ from docqa.audit.checkpoint import create_checkpoint
 from docqa.audit.export import export_jsonl, verify_jsonl
 from docqa.audit.keys import hmac_key, signing_key, verify_key
 from docqa.audit.models import AuditStep, AuditTrace
-from docqa.audit.recorder import audit_session, record_answer
+from docqa.audit.recorder import TraceRecord, audit_session, record_answer
 from docqa.audit.retention import retain, verify_archive
 from docqa.audit.verify import verify_chain
 from docqa.questions.audited_run import AuditedRun
@@ -129,8 +129,8 @@ class AuditTrailContract:
 
     def test_rollback_after_staging_leaves_no_trace(self, settings):
         with pytest.raises(RuntimeError), audit_session(settings) as session:
-            record_answer(settings, tree_result(), asked_by="alice", tenant="acme", question="q",
-                          pipeline="tree_test", models={}, session=session)
+            record_answer(settings, TraceRecord(asked_by="alice", tenant="acme", question="q", pipeline="tree_test",
+                                                models={}, result=tree_result()), session=session)
             raise RuntimeError("the answer's own record failed")
         assert traces(settings) == []
         fill(settings, 1)
@@ -159,8 +159,9 @@ class AuditTrailContract:
         result.config["api_key"] = secret
         result.config["headers"] = {"Authorization": "Bearer abcdef0123456789"}
         caplog.set_level("DEBUG")
-        record_answer(settings, result, asked_by="alice", tenant="acme", question=f"what is {secret}?",
-                      pipeline="tree_test", models={"generator": "gen"}, error=f"failed with key {secret}")
+        record_answer(settings, TraceRecord(asked_by="alice", tenant="acme", question=f"what is {secret}?",
+                                            pipeline="tree_test", models={"generator": "gen"}, result=result,
+                                            error=f"failed with key {secret}"))
         [stored] = traces(settings)
         dumped = repr(trace_payload(stored))
         assert secret not in dumped and "abcdef0123456789" not in dumped

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from docqa.access import AccessScope
 from docqa.audit.keys import hmac_key
 from docqa.audit.models import AuditRun, AuditTrace
-from docqa.audit.recorder import close_interrupted_runs, open_run, record_answer
+from docqa.audit.recorder import TraceRecord, close_interrupted_runs, open_run, record_answer
 from docqa.audit.runs import Owner, RunAlreadySettled, owner_gone, process_start
 from docqa.audit.verify import verify_chain
 from docqa.db import make_engine
@@ -239,8 +239,8 @@ class TestClosingInterruptedRuns:
         run_id = leave_started(settings, replace(Owner.current(), pid=dead_pid()))
         assert close_interrupted_runs(settings) == [run_id]
         with pytest.raises(RunAlreadySettled):
-            record_answer(settings, None, asked_by="alice", tenant="acme", question="Left behind?",
-                          pipeline="gated", models={}, config={}, error="late", run_id=run_id)
+            record_answer(settings, TraceRecord(asked_by="alice", tenant="acme", question="Left behind?",
+                                                pipeline="gated", models={}, config={}, error="late"), run_id=run_id)
         assert [t.status for t in traces(settings)] == ["interrupted"]
         assert chain_ok(settings)
 

@@ -14,7 +14,7 @@ from docqa.audit import cli
 from docqa.audit.canonical import canonical_bytes
 from docqa.audit.keys import hmac_key, signing_key
 from docqa.audit.models import AUDIT_TABLES
-from docqa.audit.recorder import record_answer
+from docqa.audit.recorder import TraceRecord, record_answer
 from docqa.audit.retention import retain
 from docqa.audit.scrub import clean, secret_values
 from docqa.audit.verify import verify_for_tenant
@@ -104,8 +104,9 @@ class TestTenantVerification:
     """An auditor's report covers the whole chain but tells only their tenant's figures; the CLI tells everything."""
 
     def record_for(self, settings, tenant, asked_at=None):
-        return record_answer(settings, tree_result(), asked_by="someone", tenant=tenant, question="q",
-                             pipeline="tree_test", models={}, asked_at=asked_at)
+        return record_answer(settings, TraceRecord(asked_by="someone", tenant=tenant, question="q",
+                                                   pipeline="tree_test", models={}, result=tree_result(),
+                                                   asked_at=asked_at))
 
     def test_tenant_report_leaves_out_server_wide_figures(self, settings, tmp_path, capsys):
         self.record_for(settings, "acme", asked_at=utc(2025, 1, 1))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from docqa.accounts import directory
-from docqa.audit.recorder import record_answer
+from docqa.audit.recorder import TraceRecord, record_answer
 from docqa.cli import main
 from docqa.db import session_factory
 from docqa.feedback import record_feedback
@@ -55,8 +55,8 @@ def tenant(tmp_path, monkeypatch):
     for question, (answer, cited, steps) in answers.items():
         result = PipelineResult(pipeline="standard", question=question, answer=answer,
                                 citations=[Citation(document_id=c) for c in cited], steps=steps)
-        trace_id = record_answer(settings, result, asked_by="alice", tenant="acme", question=question,
-                                 pipeline="standard", models={})
+        trace_id = record_answer(settings, TraceRecord(asked_by="alice", tenant="acme", question=question,
+                                                       pipeline="standard", models={}, result=result))
         with session_factory(settings)() as session:
             record_feedback(session, tenant="acme", user_id="alice", trace_id=trace_id, rating="up")
             session.commit()

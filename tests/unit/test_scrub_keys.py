@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from docqa.access import AccessScope
-from docqa.audit.recorder import record_answer
+from docqa.audit.recorder import TraceRecord, record_answer
 from docqa.audit.scrub import MASK, clean, clean_text
 from docqa.questions.audited_run import AuditedRun
 from docqa.recording import StepRecorder, record_llm_call
@@ -93,8 +93,8 @@ class TestStoredTraces:
             record_llm_call(prompt=f"Check {key}", response=f"{key} looks fine", usage=LLMUsage(1, 3, 3))
             step.outputs = {"checked": [key], question: "by question"}
         result.steps.append(dataclasses.replace(recorder.steps[0], index=len(result.steps)))
-        record_answer(settings, result, asked_by="alice", tenant="acme", question=question, pipeline="tree_test",
-                      models={"generator": "gen"})
+        record_answer(settings, TraceRecord(asked_by="alice", tenant="acme", question=question, pipeline="tree_test",
+                                            models={"generator": "gen"}, result=result))
         assert_masked(stored_text(settings), key)
 
     def test_failed_run_error_and_steps(self, settings, key):
