@@ -3,10 +3,12 @@
 Before/after comparisons of answer handling (e.g. the grounding check) need both runs to see the same model
 replies. At temperature 0 a llama.cpp server's replies are deterministic, so a reply recorded for a byte-identical
 request body is the reply the model would give again: the second run costs only the requests whose prompt
-changed. Replies are appended to a JSON-lines file, so an interrupted run resumes with what it had.
+changed. Replies are appended to a JSON-lines file, so an interrupted run resumes with what it had; `--seed`
+adds recorded files (plain or gzipped JSON lines, e.g. `bench/recorded/*.jsonl.gz`) read but never written.
 
 Usage:
-    python bench/llm_replay_proxy.py --upstream http://127.0.0.1:8081 --cache /tmp/replies.jsonl --port 8090
+    python bench/llm_replay_proxy.py --upstream http://127.0.0.1:8081 --cache /tmp/replies.jsonl --port 8090 \
+        [--seed bench/recorded/gemma3-270m-multihop-musique.jsonl.gz]
     DOCQA_LLM_BASE_URL=http://127.0.0.1:8090/v1 DOCQA_LLM_MODEL=local DOCQA_LLM_API_KEY=x \\
         python bench/eval_multihop.py ...
 """
@@ -14,6 +16,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import threading
@@ -27,17 +30,20 @@ from typing import Any
 class ReplyCache:
     """Recorded replies by request digest, appended to a JSON-lines file as they arrive."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, seeds: list[Path] | None = None) -> None:
         self.path = path
         self.replies: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
         self.hits = 0
         self.misses = 0
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    entry = json.loads(line)
-                    self.replies[entry["key"]] = entry
+        for source in [*(seeds or []), path]:
+            if source.exists():
+                data = source.read_bytes()
+                text = (gzip.decompress(data) if source.suffix == ".gz" else data).decode("utf-8")
+                for line in text.splitlines():
+                    if line.strip():
+                        entry = json.loads(line)
+                        self.replies[entry["key"]] = entry
 
     @staticmethod
     def key(path: str, body: bytes) -> str:
@@ -105,10 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--upstream", required=True, help="the OpenAI-compatible server, e.g. http://127.0.0.1:8081")
     parser.add_argument("--cache", type=Path, required=True, help="JSON-lines file of recorded replies")
+    parser.add_argument("--seed", type=Path, action="append", default=[],
+                        help="recorded replies to replay too, never written (JSON lines, may be gzipped)")
     parser.add_argument("--port", type=int, default=8090)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the upstream")
     args = parser.parse_args(argv)
-    cache = ReplyCache(args.cache)
+    cache = ReplyCache(args.cache, args.seed)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(args.upstream, cache, args.timeout))
     print(f"replaying {len(cache.replies)} recorded replies on http://127.0.0.1:{args.port}", flush=True)
     try:
