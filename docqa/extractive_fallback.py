@@ -104,7 +104,10 @@ def passages_of(recorder: Any) -> list[Any]:
 
 
 def _is_passage(doc: Any) -> bool:
-    return type(doc).__name__ == "Document" and isinstance(getattr(doc, "content", None), str) and bool(doc.content)
+    # A passage says where it comes from (a stored chunk, a web result, a record table); a Document made in memory
+    # to embed a text, such as ReSP's sub-question guard's earlier questions, has no metadata and is never quoted.
+    return (type(doc).__name__ == "Document" and isinstance(getattr(doc, "content", None), str) and bool(doc.content)
+            and bool(getattr(doc, "meta", None)))
 
 
 def unusable_reason(question: str, answer: str, steps: Sequence[Step]) -> str | None:

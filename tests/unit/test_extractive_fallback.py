@@ -132,6 +132,21 @@ class TestUnusable:
         assert unusable_reason(QUESTION, "30 days", graded[::-1]) is None
 
 
+class TestRunPassages:
+    def test_only_passages_that_say_where_they_come_from_are_kept_for_quoting(self):
+        """ReSP's sub-question guard embeds earlier questions as Documents without metadata: quoting one would
+        show the question back as the answer."""
+        from haystack import Document
+
+        from docqa.extractive_fallback import note_passages, passages_of
+
+        recorder = object.__new__(type("Recorder", (), {}))
+        stored = Document(id="p1", content="Expense reports are due in 30 days.", meta={"source": "policy.md"})
+        question = Document(content=QUESTION)
+        note_passages(recorder, {"documents": [stored], "embedded": [question]})
+        assert passages_of(recorder) == [stored]
+
+
 class TestExtraction:
     def test_sentences_join_wrapped_lines_and_skip_headings(self):
         sentences = split_sentences(POLICY)
