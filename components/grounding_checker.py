@@ -10,6 +10,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from docqa import extractive_fallback as fallback
 from docqa.checkable_facts import EXPECTED, Fact, FactIndex, gives_kind, question_kind, sentence_facts
+from docqa.components.instruction_echo import recites_instructions
 
 ANSWER_SOURCE_RECORD_TABLE = "record_table"
 REASON_NO_PASSAGE = "no_readable_passage"
@@ -17,11 +18,13 @@ REASON_UNKNOWN_CITATION = "unknown_citation"
 REASON_WRONG_CITATION = "wrong_citation"
 REASON_TRUNCATED = "truncated"
 REASON_NOT_AN_ANSWER = "not_an_answer"
+REASON_REPEATS_QUESTION = "repeats_question"
 REASON_UNSUPPORTED = {"number": "unsupported_number", "date": "unsupported_date", "name": "unsupported_name"}
 _REASON_TEXT = {
     REASON_UNKNOWN_CITATION: "it cited a passage it was not given",
     REASON_WRONG_CITATION: "it cited a fact to a passage that does not state it",
     REASON_TRUNCATED: "its reply was cut off by the token limit",
+    REASON_REPEATS_QUESTION: "it asked the question back instead of answering it",
     "unsupported_number": "a number in its answer is not in the passages",
     "unsupported_date": "a date in its answer is not in the passages",
     "unsupported_name": "a name in its answer is not in the passages",
@@ -207,6 +210,10 @@ class GroundingChecker:
                 [{"sentence": answer, "verdict": "dropped", "reason": REASON_NO_PASSAGE}] if answer else [],
             )
         unusable = fallback.unusable_reason(question, answer, [])
+        if unusable is None and recites_instructions(answer):
+            # The rest of such a reply is the same continuation of a prompt ("You are a computer programmer."), so
+            # none of it is shown.
+            unusable = fallback.REASON_ECHO
         if unusable is not None:
             verdicts = [{"sentence": answer, "verdict": "dropped", "reason": unusable}]
             return self._fallback(question, passages, unusable, verdicts, fallback_answer)
@@ -260,6 +267,9 @@ class GroundingChecker:
             sentence.unknown = [n for n in numbers if not 1 <= n <= len(passages)]
             sentence.numbers = [n for n in numbers if 1 <= n <= len(passages)]
             if not sentence.kept:
+                continue
+            if _restates_question(sentence.text, question):
+                sentence.kept, sentence.reason = False, REASON_REPEATS_QUESTION
                 continue
             scope = [n - 1 for n in sentence.numbers] or list(range(len(passages)))
             facts = [f for f in sentence_facts(_LIST_MARK.sub("", sentence.text)) if not asked.supports(f)]
@@ -390,6 +400,16 @@ def _support(
     best = max(shared, default=(0, 0))
     # A short answer ("Lisbon") is found by its one word; a longer one needs two in common.
     return [-best[1]] if best[0] >= min(2, len(words)) and best[0] > 0 else []
+
+
+def _restates_question(text: str, question: str) -> bool:
+    """Whether a sentence is the question again ("... started when?"), which a small model writes before (or
+    instead of) its answer: the question itself, or a question made only of the question's words."""
+    core = _MARKERS.sub(" ", text).strip()
+    words = _content_words(core)
+    if not words or not words <= _content_words(question):
+        return False
+    return core.endswith("?") or _WORD.findall(core.lower()) == _WORD.findall(question.lower())
 
 
 def _content_words(text: str) -> set[str]:

@@ -97,6 +97,35 @@ class TestChecker:
         assert "unsupported_number" in out["answer_note"]
         assert [v["verdict"] for v in out["verdicts"]] == ["kept", "dropped"]
 
+    def test_the_question_asked_back_before_an_answer_is_not_an_answer(self):
+        # A small model's "<the question>?" then a stray word (seen on a MuSiQue question: "... started when?\nstaan").
+        out = _check("What is the hotel limit per year?\nstaan", [TRAVEL_DOC])
+        assert (out["answer_source"], out["reason"]) == ("extracted", "repeats_question")
+        assert "EUR 5,000" in out["answer"] and "staan" not in out["answer"]
+        assert out["verdicts"][0] == {"sentence": "What is the hotel limit per year?", "verdict": "dropped",
+                                      "reason": "repeats_question", "cites": []}
+        later = _check("The hotel limit is EUR 5,000 per year [1]. What is the hotel limit?", [TRAVEL_DOC])
+        assert later["answer"] == "The hotel limit is EUR 5,000 per year [1]." and later["answer_source"] == "model"
+
+    def test_an_answer_written_with_the_questions_words_is_not_the_question_again(self):
+        out = _check("Yes, the hotel limit is per year.", [TRAVEL_DOC], question="Is the hotel limit per year?")
+        assert out["answer_source"] == "model" and out["reason"] is None
+        other = _check("Who approved it? Jane Smith approved it in March 2021.", [TRAVEL_DOC])
+        assert other["reason"] is None and other["answer"].startswith("Who approved it?")
+
+    def test_a_reply_reciting_a_prompt_instruction_is_replaced_whole(self):
+        # ReSP's planning instruction, paraphrased at its start and then copied (trace 413a58e4, HotpotQA).
+        reply = ("You are a computer programmer. Please understand the information gap between the currently "
+                 "known information and the target question.")
+        out = _check(reply, [TRAVEL_DOC])
+        assert (out["answer_source"], out["reason"]) == ("extracted", "echo")
+        assert "computer programmer" not in out["answer"] and "EUR 5,000" in out["answer"]
+        assert out["verdicts"] == [{"sentence": reply, "verdict": "dropped", "reason": "echo"}]
+        # Words an instruction also uses, but not eight of them in a row, are an answer.
+        kept = _check("The documents do not contain the hotel limit for 2030.", [TRAVEL_DOC],
+                      question="What is the hotel limit for 2030?")
+        assert kept["answer_source"] == "model"
+
     def test_a_marker_without_a_passage_is_removed(self):
         out = _check("The hotel limit is EUR 5,000 per year [2].", [TRAVEL_DOC])
         assert out["answer"] == "The hotel limit is EUR 5,000 per year."
