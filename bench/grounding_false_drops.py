@@ -109,36 +109,46 @@ def main() -> None:
 def quoted_sentences(checker: GroundingChecker, dataset: str, questions: list, corpus: dict) -> None:
     """A correct answer that quotes the passage sentence stating the gold answer word for word (as small models
     write): kept as the model's, or replaced and why; for a replaced one, does the extracted answer still hold the
-    gold answer? (A rule replacing verbatim copies that the extractor would not quote was measured with this and
-    dropped: it replaced 55 of 95 MuSiQue and 36 of 96 HotpotQA correct quotes, 50 and 31 by wrong sentences.)"""
-    outcomes: Counter[str] = Counter()
-    harmed = []
-    for question in questions:
-        passages = [corpus[i] for i in question.supporting_ids if i in corpus]
-        answer = question.answers[0]
-        found = [(n, sentence) for n, doc in enumerate(passages, 1) for sentence in split_sentences(doc.content or "")
-                 if answer.lower() in sentence.lower()]
-        if not found:
-            continue
-        number, sentence = found[0]
-        out = checker.run(
-            question=question.question,
-            answer=f"{sentence.rstrip('.')} [{number}].",
-            documents=[Document(id=d.id, content=d.content, meta=d.meta) for d in passages],
-        )
-        if out["answer_source"] == "model":
-            outcomes["kept"] += 1
-        else:
-            still = any(a.lower() in out["answer"].lower() for a in question.answers)
-            outcomes[f"{out['reason'] or out['answer_source']}, extracted {'still right' if still else 'wrong'}"] += 1
-            if not still:
-                harmed.append(f"{question.id}: {sentence[:90]!r} -> {out['answer'][:90]!r}")
-    print(
-        f"  gold sentence quoted word for word ({sum(outcomes.values())} questions): "
-        + ", ".join(f"{k} {n}" for k, n in outcomes.most_common())
-    )
-    for line in harmed:
-        print(f"    replaced, answer lost: {line}")
+    gold answer? Three ways of writing it: the marker after the sentence, the marker first (as the prompt lists
+    passages), and the marker first with the passage's next sentence too (which the passage-list copy rule takes for
+    a copy of the prompt). (A rule replacing verbatim copies that the extractor would not quote was measured with
+    this and dropped: it replaced 55 of 95 MuSiQue and 36 of 96 HotpotQA correct quotes, 50 and 31 by wrong
+    sentences.)"""
+    forms = {
+        "gold sentence quoted word for word": lambda n, s, _: f"{s.rstrip('.')} [{n}].",
+        "the same with its marker first": lambda n, s, _: f"[{n}] {s}",
+        "marker first, the next sentence too": lambda n, s, following: f"[{n}] {s} {following}" if following else "",
+    }
+    for label, write in forms.items():
+        outcomes: Counter[str] = Counter()
+        harmed = []
+        for question in questions:
+            passages = [corpus[i] for i in question.supporting_ids if i in corpus]
+            answer = question.answers[0]
+            found = [(n, sentences[i], sentences[i + 1] if i + 1 < len(sentences) else "")
+                     for n, doc in enumerate(passages, 1)
+                     for sentences in [split_sentences(doc.content or "")] for i in range(len(sentences))
+                     if answer.lower() in sentences[i].lower()]
+            text = write(*found[0]) if found else ""
+            if not text:
+                continue
+            out = checker.run(
+                question=question.question,
+                answer=text,
+                documents=[Document(id=d.id, content=d.content, meta=d.meta) for d in passages],
+            )
+            if out["answer_source"] == "model":
+                outcomes["kept"] += 1
+            else:
+                still = any(a.lower() in out["answer"].lower() for a in question.answers)
+                verdict = "still right" if still else "wrong"
+                outcomes[f"{out['reason'] or out['answer_source']}, extracted {verdict}"] += 1
+                if not still:
+                    harmed.append(f"{question.id}: {text[:90]!r} -> {out['answer'][:90]!r}")
+        print(f"  {label} ({sum(outcomes.values())} questions): "
+              + ", ".join(f"{k} {n}" for k, n in outcomes.most_common()))
+        for line in harmed[:3]:
+            print(f"    replaced, answer lost: {line}")
 
 
 def _kept(question: str, text: str) -> bool:

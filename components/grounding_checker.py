@@ -10,7 +10,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 
 from docqa import extractive_fallback as fallback
 from docqa.checkable_facts import EXPECTED, Fact, FactIndex, gives_kind, question_kind, sentence_facts
-from docqa.components.instruction_echo import recites_instructions
+from docqa.components.instruction_echo import copied_share, recites_instructions
 
 ANSWER_SOURCE_RECORD_TABLE = "record_table"
 REASON_NO_PASSAGE = "no_readable_passage"
@@ -39,6 +39,10 @@ _TERMINAL = re.compile(r"(?:[.!?][\"'”’)]*|\])\s*$")
 _ABBREVIATION = re.compile(
     r"(?:\b(?:e\.g|i\.e|etc|vs|mr|mrs|ms|dr|prof|st|no|art|sec|approx|incl)|\b[A-Z])\.$", re.IGNORECASE
 )
+_LEADING_MARKER = re.compile(r"^\[\d{1,4}\]\s*")
+# Near word for word: a small model's copy drops or repeats a word here and there ("Scott Andrew Buchholz Scott
+# Andrew Buchholz" for the title "Scott Buchholz"), which breaks a few runs of words only.
+COPIED_SHARE = 0.8
 _LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)])\s+")
 _LIST_NUMBER = re.compile(r"^\s*\d{1,2}\.$")
 _WORD = re.compile(r"[a-z0-9]{3,}")
@@ -210,7 +214,8 @@ class GroundingChecker:
                 [{"sentence": answer, "verdict": "dropped", "reason": REASON_NO_PASSAGE}] if answer else [],
             )
         unusable = fallback.unusable_reason(question, answer, [])
-        if unusable is None and recites_instructions(answer):
+        if unusable is None and (recites_instructions(answer)
+                                 or _copies_passage_list(answer, passages)):
             # The rest of such a reply is the same continuation of a prompt ("You are a computer programmer."), so
             # none of it is shown.
             unusable = fallback.REASON_ECHO
@@ -400,6 +405,18 @@ def _support(
     best = max(shared, default=(0, 0))
     # A short answer ("Lisbon") is found by its one word; a longer one needs two in common.
     return [-best[1]] if best[0] >= min(2, len(words)) and best[0] > 0 else []
+
+
+def _copies_passage_list(answer: str, passages: list[Document]) -> bool:
+    """Whether the reply opens by copying out the prompt's numbered passages: a first line that starts with a
+    passage marker (`[1] ...`, as the prompt lists them), runs over more than one sentence, and has at least
+    `COPIED_SHARE` of its runs of words in the passages. A small model continuing its prompt does this
+    (`[1] <title> <the passage, nearly word for word>`); an answer puts its marker after what it says, or quotes
+    one sentence."""
+    first = next((line.strip() for line in answer.splitlines() if line.strip()), "")
+    if not _LEADING_MARKER.match(first) or len(split_answer(first)) < 2:
+        return False
+    return copied_share(_LEADING_MARKER.sub("", first), [_searchable(doc) for doc in passages]) >= COPIED_SHARE
 
 
 def _restates_question(text: str, question: str) -> bool:

@@ -126,6 +126,23 @@ class TestChecker:
                       question="What is the hotel limit for 2030?")
         assert kept["answer_source"] == "model"
 
+    def test_a_reply_copying_out_the_numbered_passages_is_an_echo(self):
+        # The prompt lists "[1] <passage>"; a small model continues it, a word changed here and there (seen with
+        # HotpotQA's "[1] Scott Andrew Buchholz Scott Andrew Buchholz (born ...", the title being "Scott Buchholz").
+        copy = ("[1] Travel policy policy: the hotel limit is EUR 5,000 per year, approved by Jane Smith in March "
+                "2021. Hotels above the limit need written approval from the finance director.")
+        out = _check(copy, [TRAVEL_DOC, MEALS_DOC])
+        assert (out["answer_source"], out["reason"]) == ("extracted", "echo")
+        # One sentence quoted, or a quote with its marker after it, is an answer.
+        quote = "[1] the hotel limit is EUR 5,000 per year, approved by Jane Smith in March 2021."
+        assert _check(quote, [TRAVEL_DOC])["answer_source"] == "model"
+        cited = ("Travel policy: the hotel limit is EUR 5,000 per year, approved by Jane Smith in March 2021. "
+                 "Hotels above the limit need written approval from the finance director [1].")
+        assert _check(cited, [TRAVEL_DOC])["answer_source"] == "model"
+        # Words of the passage in the model's own order are not a copy.
+        own = "[1] Jane Smith approved it in March 2021. The limit per year is EUR 5,000 for hotels."
+        assert _check(own, [TRAVEL_DOC])["answer_source"] == "model"
+
     def test_a_marker_without_a_passage_is_removed(self):
         out = _check("The hotel limit is EUR 5,000 per year [2].", [TRAVEL_DOC])
         assert out["answer"] == "The hotel limit is EUR 5,000 per year."
