@@ -46,6 +46,7 @@ COPIED_SHARE = 0.8
 _LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)])\s+")
 _LIST_NUMBER = re.compile(r"^\s*\d{1,2}\.$")
 _WORD = re.compile(r"[a-z0-9]{3,}")
+_ALL_WORDS = re.compile(r"[a-z0-9]+")
 _COMMON = frozenset(
     (
         "the",
@@ -426,7 +427,8 @@ def _restates_question(text: str, question: str) -> bool:
     words = _content_words(core)
     if not words or not words <= _content_words(question):
         return False
-    return core.endswith("?") or _WORD.findall(core.lower()) == _WORD.findall(question.lower())
+    # Every word in the question's order: "The limit is X." answers "Is the limit X?", it does not repeat it.
+    return core.endswith("?") or _ALL_WORDS.findall(core.lower()) == _ALL_WORDS.findall(question.lower())
 
 
 def _content_words(text: str) -> set[str]:
