@@ -256,7 +256,14 @@ _ASKS = (
     (KIND_DATE, re.compile(rf"when {_AUX}\b|(?:(?:in|during|by|since) )?(?:what|which) year\b", re.IGNORECASE)),
     (KIND_NUMBER, re.compile(r"how (?:many|much)\b", re.IGNORECASE)),
 )
-_CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
+# "A or B?" offers a choice; "shot in or around Leland" joins two prepositions and offers none.
+_PREPOSITIONS = frozenset(_wordlist("in on at near around about before after by within over under inside outside"))
+_OR = re.compile(r"(\w+)?\W*\bor\b\W*(\w+)?", re.IGNORECASE)
+
+
+def _offers_choice(question: str) -> bool:
+    return any(not ((m.group(1) or "").lower() in _PREPOSITIONS and (m.group(2) or "").lower() in _PREPOSITIONS)
+               for m in _OR.finditer(question))
 # "Do Lafzon Ki Kahani, ... released in which year?" starts like a yes/no question but asks something else.
 _WH = re.compile(r"\b(?:what|which|whom?|whose|when|where|why|how)\b", re.IGNORECASE)
 # A When question may be answered by a season, a period or an event ("the middle of the summer", "the Maryland
@@ -295,7 +302,7 @@ def question_kind(question: str) -> str | None:
     rule applies. A choice ("A or B?") is None for every kind: its answer may be a name or a date the question
     already holds."""
     text = re.sub(r"^[\W_]+", "", question or "")
-    if _CHOICE.search(text):
+    if _offers_choice(text):
         return None
     kind = next((kind for kind, pattern in _ASKS if pattern.match(text)), None)
     if kind == KIND_YES_NO and _WH.search(text):

@@ -269,6 +269,9 @@ class TestAnswerKind:
             ("Which band was formed first, The Exies or Circus Diablo?", None),
             ("Is the limit EUR 5,000 or EUR 20,000?", None),
             ("Who was born first, Mark King or Nick Hexum?", None),
+            ("Is the hotel larger or smaller than the office?", None),
+            # Two prepositions joined by "or" offer no choice of answer.
+            ("Who directed the film shot in or around Leland, North Carolina in 1986?", "name"),
             ("Do Lafzon Ki Kahani, is a 2016 film, a remake of Always, released in which year?", None),
             ("Who wrote the song?", "name"),
             ("To whom was it sent?", "name"),
