@@ -19,12 +19,16 @@ REASON_WRONG_CITATION = "wrong_citation"
 REASON_TRUNCATED = "truncated"
 REASON_NOT_AN_ANSWER = "not_an_answer"
 REASON_REPEATS_QUESTION = "repeats_question"
+REASON_UNSUPPORTED_ANSWER = "unsupported_answer"
+# An answer this short is one claim: when none of its words is in the passages (or the question), nothing backs it.
+SHORT_ANSWER_WORDS = 6
 REASON_UNSUPPORTED = {"number": "unsupported_number", "date": "unsupported_date", "name": "unsupported_name"}
 _REASON_TEXT = {
     REASON_UNKNOWN_CITATION: "it cited a passage it was not given",
     REASON_WRONG_CITATION: "it cited a fact to a passage that does not state it",
     REASON_TRUNCATED: "its reply was cut off by the token limit",
     REASON_REPEATS_QUESTION: "it asked the question back instead of answering it",
+    REASON_UNSUPPORTED_ANSWER: "its short answer has no word in common with the passages",
     "unsupported_number": "a number in its answer is not in the passages",
     "unsupported_date": "a date in its answer is not in the passages",
     "unsupported_name": "a name in its answer is not in the passages",
@@ -246,6 +250,10 @@ class GroundingChecker:
             )
             if not answered:
                 return self._fallback(question, passages, REASON_NOT_AN_ANSWER, verdicts, fallback_answer)
+        if passages and _unbacked_short_answer(" ".join(s.text for s in kept), question, passages):
+            verdicts.append({"sentence": " ".join(s.text for s in kept), "verdict": "dropped",
+                             "reason": REASON_UNSUPPORTED_ANSWER})
+            return self._fallback(question, passages, REASON_UNSUPPORTED_ANSWER, verdicts, fallback_answer)
         text, cited = _shown(kept, passages)
         if fallback_answer is not None:
             # A record answer cites the table's records (in table order), not the prompt's numbered passages.
@@ -418,6 +426,21 @@ def _copies_passage_list(answer: str, passages: list[Document]) -> bool:
     if not _LEADING_MARKER.match(first) or len(split_answer(first)) < 2:
         return False
     return copied_share(_LEADING_MARKER.sub("", first), [_searchable(doc) for doc in passages]) >= COPIED_SHARE
+
+
+def _unbacked_short_answer(text: str, question: str, passages: list[Document]) -> bool:
+    """Whether a short answer ("mendatang") has words to check and none of them occurs, up to a plural or tense
+    ending, in the passages or the question; a name, number or date in it was checked already."""
+    core = _MARKERS.sub(" ", text)
+    if len(core.split()) > SHORT_ANSWER_WORDS:
+        return False
+    words = {fallback.stem(w) for w in _content_words(core)}
+    if not words:
+        return False
+    known = {fallback.stem(w) for w in _content_words(question)}
+    for doc in passages:
+        known |= {fallback.stem(w) for w in _content_words(_searchable(doc))}
+    return words.isdisjoint(known)
 
 
 def _restates_question(text: str, question: str) -> bool:

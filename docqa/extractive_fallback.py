@@ -241,11 +241,12 @@ def _cells(line: str) -> list[str]:
 
 
 def _terms(text: str) -> list[str]:
-    return [_stem(t) for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS]
+    return [stem(t) for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS]
 
 
-def _stem(token: str) -> str:
-    # Enough for "reports"/"report", "submitted"/"submit": a crude suffix strip, not a linguistic stemmer.
+def stem(token: str) -> str:
+    """The token without a plural or tense ending ("reports" -> "report", "submitted" -> "submitt")."""
+    # A crude suffix strip, not a linguistic stemmer: enough to match a word across its forms.
     for suffix in ("ing", "ed", "es", "s"):
         if len(token) > len(suffix) + 3 and token.endswith(suffix):
             return token[: -len(suffix)]

@@ -143,6 +143,17 @@ class TestChecker:
         own = "[1] Jane Smith approved it in March 2021. The limit per year is EUR 5,000 for hotels."
         assert _check(own, [TRAVEL_DOC])["answer_source"] == "model"
 
+    def test_a_short_answer_with_no_word_of_the_passages_is_unsupported(self):
+        # A small model's one stray word (seen on MuSiQue: "mendatang" for a snowfall question).
+        out = _check("mendatang", [TRAVEL_DOC], question="What needs written approval?")
+        assert (out["answer_source"], out["reason"]) == ("extracted", "unsupported_answer")
+        assert out["verdicts"][-1] == {"sentence": "mendatang", "verdict": "dropped", "reason": "unsupported_answer"}
+        # A word of the passages in another form, or of the question, backs it; a long answer is checked by facts.
+        assert _check("written approvals", [TRAVEL_DOC], question="What needs it?")["answer_source"] == "model"
+        assert _check("Hotels, mostly.", [TRAVEL_DOC], question="What needs written approval?")["reason"] is None
+        long = "The finance director decides this for every team in the company every single year."
+        assert _check(long, [TRAVEL_DOC], question="What happens each year?")["answer_source"] == "model"
+
     def test_a_marker_without_a_passage_is_removed(self):
         out = _check("The hotel limit is EUR 5,000 per year [2].", [TRAVEL_DOC])
         assert out["answer"] == "The hotel limit is EUR 5,000 per year."
