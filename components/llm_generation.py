@@ -63,9 +63,11 @@ class ConstrainedGeneration:
         self.purpose = purpose
 
     @component.output_types(replies=list[ChatMessage])
-    def run(self, prompt: list[ChatMessage]) -> dict[str, Any]:
+    def run(self, prompt: list[ChatMessage], schema: dict[str, Any] | None = None) -> dict[str, Any]:
         """
         :param prompt: the rendered messages; their text is sent as one user message.
+        :param schema: the JSON schema of this call's reply, instead of the one given at init (a step whose
+            choices depend on the run, such as the actions an agent may take now).
         :returns: `replies`: one assistant message (its `finish_reason` in `meta` for a text reply).
         """
         text = "\n".join(message.text or "" for message in prompt).strip()
@@ -78,7 +80,7 @@ class ConstrainedGeneration:
                                       self.max_tokens or _DEFAULT_TOKENS["yes_no"], self.purpose,
                                       json_object_schema=calls.YES_NO_BARE_SCHEMA)
         else:
-            reply = calls._structured(self.chat_generator, text, self.schema or {}, self.schema_name,
+            reply = calls._structured(self.chat_generator, text, schema or self.schema or {}, self.schema_name,
                                       self.max_tokens or _DEFAULT_TOKENS["json"], self.purpose)
         return {"replies": [ChatMessage.from_assistant(reply, meta=meta)]}
 

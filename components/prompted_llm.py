@@ -98,7 +98,8 @@ class PromptedLLM(SuperComponent):
             (`<purpose>_prompt`, `<purpose>_llm`, `<purpose>_parser`), so a trace says which step they serve.
         :param llm_kind: the step kind of the model call ("generation" when its reply is the answer).
         :param request: a first node (`<purpose>_request`) whose inputs are the step's and whose outputs of the
-            same names feed the template variables and the parser (e.g. the prompt's parts read from a state).
+            same names feed the template variables and the parser (e.g. the prompt's parts read from a state); its
+            `schema` output, if any, is the JSON schema of this run's reply.
         :param check: a last node (`<purpose>_check`) after the parser: each of its inputs is fed by the parser's
             output of that name, else by the step input of that name, and `outputs` name its outputs (e.g. a
             guard that refuses a parsed plan).
@@ -138,6 +139,9 @@ class PromptedLLM(SuperComponent):
         mapping = {name: [f"{prompt_node}.{name}"] for name in variables}
         for name in sorted(parser_inputs - {"replies", "prompt"}):
             mapping.setdefault(name, []).append(f"{parser_node}.{name}")
+        if request is not None and "schema" in request.__haystack_output__._sockets_dict:
+            # A reply schema that depends on the run comes from the request, with the prompt's parts.
+            mapping.setdefault("schema", []).append(f"{llm_node}.schema")
         last = parser_node
         if check is not None:
             last = f"{purpose}_check"
