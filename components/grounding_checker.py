@@ -219,6 +219,8 @@ class GroundingChecker:
                 [{"sentence": answer, "verdict": "dropped", "reason": REASON_NO_PASSAGE}] if answer else [],
             )
         unusable = fallback.unusable_reason(question, answer, [])
+        if unusable is None and not _ALL_WORDS.search(_MARKERS.sub(" ", answer).lower()):
+            unusable = fallback.REASON_EMPTY  # citation markers and punctuation only ("[1]")
         if unusable is None and (recites_instructions(answer)
                                  or _copies_passage_list(answer, passages)):
             # The rest of such a reply is the same continuation of a prompt ("You are a computer programmer."), so

@@ -154,6 +154,11 @@ class TestChecker:
         long = "The finance director decides this for every team in the company every single year."
         assert _check(long, [TRAVEL_DOC], question="What happens each year?")["answer_source"] == "model"
 
+    def test_a_reply_of_markers_only_is_no_answer(self):
+        out = _check("[1] [2].", [TRAVEL_DOC, MEALS_DOC])
+        assert (out["answer_source"], out["reason"]) == ("extracted", "empty")
+        assert "EUR 5,000" in out["answer"]
+
     def test_a_marker_without_a_passage_is_removed(self):
         out = _check("The hotel limit is EUR 5,000 per year [2].", [TRAVEL_DOC])
         assert out["answer"] == "The hotel limit is EUR 5,000 per year."
