@@ -9,7 +9,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 
 from docqa import extractive_fallback as fallback
-from docqa.checkable_facts import EXPECTED, Fact, FactIndex, gives_kind, question_kind, sentence_facts
+from docqa.checkable_facts import EXPECTED, Fact, FactIndex, abstains, gives_kind, question_kind, sentence_facts
 from docqa.components.instruction_echo import copied_share, recites_instructions
 
 ANSWER_SOURCE_RECORD_TABLE = "record_table"
@@ -252,7 +252,9 @@ class GroundingChecker:
             )
             if not answered:
                 return self._fallback(question, passages, REASON_NOT_AN_ANSWER, verdicts, fallback_answer)
-        if passages and _unbacked_short_answer(" ".join(s.text for s in kept), question, passages):
+        # An answer without markers cites the passages its support was found in; a short one may have none.
+        if passages and not any(s.numbers for s in kept) and _unbacked_short_answer(
+                " ".join(s.text for s in kept), question, passages):
             verdicts.append({"sentence": " ".join(s.text for s in kept), "verdict": "dropped",
                              "reason": REASON_UNSUPPORTED_ANSWER})
             return self._fallback(question, passages, REASON_UNSUPPORTED_ANSWER, verdicts, fallback_answer)
@@ -431,12 +433,15 @@ def _copies_passage_list(answer: str, passages: list[Document]) -> bool:
 
 
 def _unbacked_short_answer(text: str, question: str, passages: list[Document]) -> bool:
-    """Whether a short answer ("mendatang") has words to check and none of them occurs, up to a plural or tense
-    ending, in the passages or the question; a name, number or date in it was checked already."""
+    """Whether a short answer ("mendatang") has words beside its facts and none of them occurs, up to a plural or
+    tense ending, in the passages or the question; its names, numbers and dates were checked as facts already, and
+    an answer saying it does not know ("unknown") claims nothing."""
     core = _MARKERS.sub(" ", text)
-    if len(core.split()) > SHORT_ANSWER_WORDS:
+    if len(core.split()) > SHORT_ANSWER_WORDS or abstains(core):
         return False
-    words = {fallback.stem(w) for w in _content_words(core)}
+    # The names, numbers and dates in it were checked against the passages as facts already.
+    checked = {w for fact in sentence_facts(core) for w in _content_words(fact.text)}
+    words = {fallback.stem(w) for w in _content_words(core) - checked}
     if not words:
         return False
     known = {fallback.stem(w) for w in _content_words(question)}

@@ -297,6 +297,11 @@ _ONE_OF = re.compile(
 )
 
 
+def abstains(sentence: str) -> bool:
+    """Whether a sentence says the answer is not known ("unknown", "The passages do not say")."""
+    return bool(_ABSTAINS.search(sentence))
+
+
 def question_kind(question: str) -> str | None:
     """The kind of answer a question asks for (`yes_no`, `name`, `date`, `number`), or None when no deterministic
     rule applies. A choice ("A or B?") is None for every kind: its answer may be a name or a date the question

@@ -67,7 +67,9 @@ class TestOverPlanning:
         )
 
     def test_stops_on_the_first_yes(self) -> None:
-        result = build(self.llm, self.retriever).run("What nationality is the director of Twisted Fortune?", SCOPE)
+        # Two passages, so that the one saying "American" is among them: an answer no passage backs is not shown.
+        result = build(self.llm, self.retriever, top_k=2).run("What nationality is the director of Twisted Fortune?",
+                                                              SCOPE)
 
         assert result.stop_reason == resp.STOP_JUDGED_SUFFICIENT
         assert result.answer == "American"
