@@ -10,6 +10,10 @@ summarise, parents merge, the root answers in cited paragraphs):
     contre_tree_expander --state--> expansion_state (BranchJoiner) --value--> contre_tree_expander
     contre_tree_expander --tree--> contregen_synthesizer (question) --> answer, cited_documents, stop_reason
 
+`contregen_synthesizer` is a graph of its own: `contregen_summaries` (the nodes below the root) ->
+`contregen_answer` (the root's prompt, one model call, its reply) -> `contregen_citations` (paragraphs and the
+passages each cites).
+
 `contre`: the same loop, then `context_tree_reporter` returns the tree as an outline and all its passages
 (no generation), for any generator downstream.
 
@@ -38,6 +42,7 @@ from docqa.components.context_tree_reporter import ContextTreeReporter
 from docqa.components.contre_tree_expander import ConTReTreeExpander, ExpansionState
 from docqa.components.contregen_synthesizer import ConTReGenSynthesizer
 from docqa.components.prompt_templates import load_prompt, prompt_fingerprint
+from docqa.components.prompted_llm import inner_step_kinds
 from docqa.llm.role_generator import RoleChatGenerator
 from docqa.pipelines.haystack_strategy import HaystackStrategy
 from docqa.pipelines.options import ConTReGenOptions, ConTReOptions
@@ -104,8 +109,8 @@ class ConTReGenPipeline(HaystackStrategy):
                                  "answer": synthesizer.answer_tokens}
         summary["prompts"] |= {"contregen_summarize": prompt_fingerprint(synthesizer.summary_template),
                                "contregen_answer": prompt_fingerprint(synthesizer.answer_template)}
-        super().__init__("contregen", pipeline, models=models, max_question_chars=max_question_chars, kinds=KINDS,
-                         summary=summary)
+        super().__init__("contregen", pipeline, models=models, max_question_chars=max_question_chars,
+                         kinds={**inner_step_kinds(pipeline), **KINDS}, summary=summary)
 
 
 class ConTRePipeline(HaystackStrategy):

@@ -258,7 +258,14 @@ class TestSynthesis:
         assert order.index("0.2.1") < order.index("0.2")
         assert set(order) == {"0.1", "0.2", "0.2.1"}
         synth = next(s for s in result.steps if s.name == "contregen_synthesizer")
-        assert all(s.parent == synth.index for s in summaries)
+        node_summaries = next(s for s in result.steps if s.name == "contregen_summaries")
+        assert node_summaries.parent == synth.index and all(s.parent == node_summaries.index for s in summaries)
+        # The root's answer is a prompted step of the graph: its prompt, model call and reply are steps of their own.
+        answer_steps = {s.name: s for s in result.steps if s.name.startswith("contregen_answer")}
+        assert set(answer_steps) == {"contregen_answer", "contregen_answer_request", "contregen_answer_prompt",
+                                     "contregen_answer_llm", "contregen_answer_parser"}
+        assert answer_steps["contregen_answer_llm"].kind == "generation"
+        assert answer_steps["contregen_answer"].parent == synth.index
         calls = [c["prompt"] for c in script.llm.calls]
         answer_at = next(i for i, p in enumerate(calls) if re.search(ANSWER, p))
         assert answer_at == len(calls) - 1
