@@ -183,8 +183,8 @@ class CitedParagraphs:
             root.summary_mode = "llm"
             if not text:
                 # No answer from the model: the gathered findings, cited, rather than nothing.
-                children = tree_context(tree, root, 1)["children"]
-                text = "\n\n".join(c["summary"] for c in children) or extractive_summary(tree, root)
+                summaries = [child.summary for child in tree.accepted_children(root) if child.summary]
+                text = "\n\n".join(summaries) or extractive_summary(tree, root)
                 root.summary_mode = "extractive_empty_reply"
             root.summary = text
             answer, paragraphs = cite_paragraphs(text, tree)

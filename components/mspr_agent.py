@@ -13,7 +13,7 @@ from docqa.components.mspr_state import ACTIONS, Action, AgentDecision, MSPRStat
 from docqa.components.prompt_templates import load_prompt
 from docqa.components.prompted_llm import PromptedLLM
 from docqa.components.reply_parsers import reply_text
-from docqa.llm.calls import ChatGenerator, parse_json_object
+from docqa.llm.calls import ChatGenerator, parse_schema_object
 
 # Bounds of the step's free-text fields, in characters (the schema's maxLength). A constrained server writes
 # at most one token per character (JSON escapes aside), so a token cap of 2 x the bound + the JSON skeleton
@@ -201,9 +201,7 @@ class AgentStepParser:
         :param schema: The reply's schema (its required keys are checked).
         :returns: `state` with the new decision appended, and the `decision` for the trace.
         """
-        data = parse_json_object(reply_text(replies))
-        if data is not None and any(key not in data for key in schema.get("required", [])):
-            data = None
+        data = parse_schema_object(reply_text(replies), schema)
         decision = parse_decision(data, actions, forced=forced, sources=tuple(state.sources),
                                   question=state.question)
         new_state = state.evolve(phase=Phase.DECIDED, decisions=(*state.decisions, decision))

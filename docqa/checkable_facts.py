@@ -259,11 +259,6 @@ _ASKS = (
 # "A or B?" offers a choice; "shot in or around Leland" joins two prepositions and offers none.
 _PREPOSITIONS = frozenset(_wordlist("in on at near around about before after by within over under inside outside"))
 _OR = re.compile(r"(\w+)?\W*\bor\b\W*(\w+)?", re.IGNORECASE)
-
-
-def _offers_choice(question: str) -> bool:
-    return any(not ((m.group(1) or "").lower() in _PREPOSITIONS and (m.group(2) or "").lower() in _PREPOSITIONS)
-               for m in _OR.finditer(question))
 # "Do Lafzon Ki Kahani, ... released in which year?" starts like a yes/no question but asks something else.
 _WH = re.compile(r"\b(?:what|which|whom?|whose|when|where|why|how)\b", re.IGNORECASE)
 # A When question may be answered by a season, a period or an event ("the middle of the summer", "the Maryland
@@ -295,6 +290,11 @@ _ONE_OF = re.compile(
     r"\bone of (?:the|its|his|her|their|our) (?:[a-z]+est|most|best|first|leading|top|main|major|world's)\b",
     re.IGNORECASE,
 )
+
+
+def _offers_choice(question: str) -> bool:
+    return any(not ((m.group(1) or "").lower() in _PREPOSITIONS and (m.group(2) or "").lower() in _PREPOSITIONS)
+               for m in _OR.finditer(question))
 
 
 def abstains(sentence: str) -> bool:

@@ -291,11 +291,13 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
 def generate_json(generator: ChatGenerator, prompt: str, schema: dict[str, Any], *, name: str = "output",
                   max_tokens: int = 128, purpose: str = "json") -> dict[str, Any] | None:
     """Schema-constrained JSON object; None when the output is not a JSON object with the required keys."""
-    data = parse_json_object(_structured(generator, prompt, schema, name, max_tokens, purpose))
-    if data is None:
-        return None
-    required = schema.get("required", [])
-    if any(key not in data for key in required):
+    return parse_schema_object(_structured(generator, prompt, schema, name, max_tokens, purpose), schema)
+
+
+def parse_schema_object(text: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON object in a reply when it has the schema's required keys, else None."""
+    data = parse_json_object(text)
+    if data is None or any(key not in data for key in schema.get("required", [])):
         return None
     return data
 
