@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 from docqa.accounts.models import ROLES
 from docqa.errors import DocqaError
@@ -182,6 +183,13 @@ def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _command(group: argparse._SubParsersAction, name: str, handler: Callable[..., int],
+             summary: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = group.add_parser(name, help=summary)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
 def add_server_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the HTTP API under gunicorn with uvicorn workers")
     p.add_argument("--host", help="listen address (default: DOCQA_SERVER_HOST or 127.0.0.1)")
@@ -197,29 +205,22 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_mcp)
 
     users = sub.add_parser("users", help="manage API users").add_subparsers(dest="users_command", required=True)
-    p = users.add_parser("create", help="create a user (and its tenant and groups)")
+    p = _command(users, "create", cmd_users_create, "create a user (and its tenant and groups)")
     p.add_argument("user_id")
     p.add_argument("--role", choices=ROLES, default="user")
     p.add_argument("--group", action="append", help="group membership (repeatable)")
     p.add_argument("--name", help="display name")
     p.add_argument("--with-key", action="store_true", dest="with_key", help="also create and print an API key")
-    p.set_defaults(handler=cmd_users_create)
-    p = users.add_parser("list", help="list the users of a tenant")
-    p.set_defaults(handler=cmd_users_list)
-    p = users.add_parser("deactivate", help="deactivate a user; their keys stop working")
-    p.add_argument("user_id")
-    p.set_defaults(handler=cmd_users_deactivate)
+    _command(users, "list", cmd_users_list, "list the users of a tenant")
+    _command(users, "deactivate", cmd_users_deactivate, "deactivate a user; their keys stop working").add_argument(
+        "user_id")
 
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
-    p = keys.add_parser("create", help="create an API key for a user and print it (shown once)")
+    p = _command(keys, "create", cmd_keys_create, "create an API key for a user and print it (shown once)")
     p.add_argument("user_id")
     p.add_argument("--name", help="what the key is for")
-    p.set_defaults(handler=cmd_keys_create)
-    p = keys.add_parser("list", help="list the keys of a tenant (never their secrets)")
-    p.set_defaults(handler=cmd_keys_list)
-    p = keys.add_parser("revoke", help="revoke a key")
-    p.add_argument("key_id")
-    p.set_defaults(handler=cmd_keys_revoke)
+    _command(keys, "list", cmd_keys_list, "list the keys of a tenant (never their secrets)")
+    _command(keys, "revoke", cmd_keys_revoke, "revoke a key").add_argument("key_id")
 
     for parser in (*users.choices.values(), *keys.choices.values()):
         parser.add_argument("--tenant", help="tenant (default: DOCQA_TENANT)")

@@ -141,12 +141,7 @@ def _content(result: PipelineResult) -> str:
 
 
 def _usage(result: PipelineResult) -> dict[str, int]:
-    totals = result.totals
-    return {
-        "prompt_tokens": totals.prompt_tokens,
-        "completion_tokens": totals.completion_tokens,
-        "total_tokens": totals.total_tokens,
-    }
+    return {name: getattr(result.totals, name) for name in ("prompt_tokens", "completion_tokens", "total_tokens")}
 
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse, summary="OpenAI chat completions",
