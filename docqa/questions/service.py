@@ -271,8 +271,9 @@ class QuestionService:
         return control
 
     async def _run_async(self, question: Question, asker: Asker, on_step: StepSink | None,
-                         on_token: TokenSink | None, disconnected: Disconnected | None) -> PipelineResult:
-        control = self._controlled(question, asker)
+                         on_token: TokenSink | None, disconnected: Disconnected | None,
+                         control: RunControl | None = None) -> PipelineResult:
+        control = control or self._controlled(question, asker)
         self.active_runs.add(control)
         if self.stopping:
             # The process is shutting down: no run begins now, and the question is traced `cancelled`.
@@ -360,7 +361,10 @@ class QuestionStream:
         def on_token(text: str, call: int) -> None:  # called in the run's thread
             loop.call_soon_threadsafe(queue.put_nowait, ("token", {"text": text, "call": call}))
 
-        task = asyncio.ensure_future(service._run_async(question, self.asker, on_step, on_token, None))
+        # The control is made here, not in the task: a client that leaves before the task has begun still gets
+        # its run stopped and traced (a task cancelled before its first step runs none of its code).
+        control = service._controlled(question, self.asker)
+        task = asyncio.ensure_future(service._run_async(question, self.asker, on_step, on_token, None, control))
         task.add_done_callback(lambda _task: queue.put_nowait(("done", None)))
         try:
             while True:
@@ -369,9 +373,11 @@ class QuestionStream:
                     break
                 yield kind, data
         finally:
-            # The client left before the end: cancelling the task stops the run and records it as cancelled.
+            # The client left before the end: the run stops at its next step boundary and is traced as cancelled
+            # (stopping twice settles nothing more: the first outcome wins).
             if not task.done():
                 task.cancel()
+                loop.run_in_executor(None, control.stop, OUTCOME_CANCELLED)
         try:
             result: PipelineResult = task.result()
         except DocqaError as exc:

@@ -63,6 +63,13 @@ def postgres_database() -> Iterator[str]:
 class LiveServer:
     base_url: str
     pid: int
+    log_path: Path | None = None
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The end of the server's log, for a failing test's message."""
+        if self.log_path is None or not self.log_path.exists():
+            return "(no server log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 @contextmanager
@@ -90,7 +97,7 @@ def gunicorn_server(env: dict[str, str], port: int, startup_timeout_s: float = 1
             if time.monotonic() > deadline:
                 raise RuntimeError(f"gunicorn not ready after {startup_timeout_s:g} s; see {log_path}")
             time.sleep(0.3)
-        yield LiveServer(base_url=base_url, pid=process.pid)
+        yield LiveServer(base_url=base_url, pid=process.pid, log_path=log_path)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
