@@ -1,12 +1,12 @@
 """The last node of every generating strategy: what is shown as the answer is backed by the passages it cites."""
 
-from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.core.component.types import Variadic
 
 from docqa import extractive_fallback as fallback
 from docqa.checkable_facts import EXPECTED, Fact, FactIndex, abstains, gives_kind, question_kind, sentence_facts
@@ -183,6 +183,8 @@ class GroundingChecker:
         principals: list[str] | None = None,
         answer_source: str | None = None,
         fallback_answer: str | None = None,
+        retrieved: Variadic[list[Document]] = None,  # type: ignore[assignment]
+        grounded: bool | None = None,
     ) -> dict[str, Any]:
         """
         :param question: The question (its numbers and names are always allowed).
@@ -194,11 +196,16 @@ class GroundingChecker:
         :param answer_source: How the upstream answer was made; anything but "model" passes through unchecked.
         :param fallback_answer: A ready answer to show instead of the extracted one (a record table's description);
             with it, the shown text keeps no markers, since the result cites the table's records.
+        :param retrieved: Every passage the run retrieved (each retrieval's `candidates`, every round of a loop):
+            an extracted answer quotes them all, since the passages of the last generation may not hold the answer.
+        :param grounded: A grader's verdict on this answer; False replaces it (`ungrounded`) unless a record table's
+            description stands in for it.
         :returns: `answer`, `cited_documents`, `answer_source` ("model", "extracted", "none", "record_table"),
             `answer_note` (None when the model's text is shown whole), `reason` (why text was dropped or replaced)
             and `verdicts` (one per sentence: kept or dropped and why; then the answer-kind verdict, if any).
         """
         passages = list(documents) if documents is not None else list(cited_documents or [])
+        pool = fallback.passage_pool(*(group for group in (retrieved or []) if group), passages)
         if answer_source and answer_source != fallback.ANSWER_SOURCE_MODEL:
             return _out(
                 answer,
@@ -228,7 +235,7 @@ class GroundingChecker:
             unusable = fallback.REASON_ECHO
         if unusable is not None:
             verdicts = [{"sentence": answer, "verdict": "dropped", "reason": unusable}]
-            return self._fallback(question, passages, unusable, verdicts, fallback_answer)
+            return self._fallback(question, passages, pool, unusable, verdicts, fallback_answer)
         sentences = split_answer(answer)
         _mark_truncated(sentences, finish_reason)
         self._check(question, sentences, passages)
@@ -236,7 +243,7 @@ class GroundingChecker:
         kept = [s for s in sentences if s.kept]
         first = sentences[0]
         if not kept or not first.kept:
-            return self._fallback(question, passages, first.reason or REASON_TRUNCATED, verdicts, fallback_answer)
+            return self._fallback(question, passages, pool, first.reason or REASON_TRUNCATED, verdicts, fallback_answer)
         kind = question_kind(question) if passages else None
         if kind is not None:
             # Without passages (a model answering alone) there is nothing better to show, so no kind is required.
@@ -251,13 +258,17 @@ class GroundingChecker:
                 }
             )
             if not answered:
-                return self._fallback(question, passages, REASON_NOT_AN_ANSWER, verdicts, fallback_answer)
+                return self._fallback(question, passages, pool, REASON_NOT_AN_ANSWER, verdicts, fallback_answer)
         # An answer without markers cites the passages its support was found in; a short one may have none.
         if passages and not any(s.numbers for s in kept) and _unbacked_short_answer(
                 " ".join(s.text for s in kept), question, passages):
             verdicts.append({"sentence": " ".join(s.text for s in kept), "verdict": "dropped",
                              "reason": REASON_UNSUPPORTED_ANSWER})
-            return self._fallback(question, passages, REASON_UNSUPPORTED_ANSWER, verdicts, fallback_answer)
+            return self._fallback(question, passages, pool, REASON_UNSUPPORTED_ANSWER, verdicts, fallback_answer)
+        if grounded is False and fallback_answer is None:
+            verdicts.append({"sentence": " ".join(s.text for s in kept), "verdict": "dropped",
+                             "reason": fallback.REASON_UNGROUNDED})
+            return self._fallback(question, passages, pool, fallback.REASON_UNGROUNDED, verdicts, None)
         text, cited = _shown(kept, passages)
         if fallback_answer is not None:
             # A record answer cites the table's records (in table order), not the prompt's numbered passages.
@@ -309,6 +320,7 @@ class GroundingChecker:
         self,
         question: str,
         passages: list[Document],
+        pool: list[Document],
         reason: str,
         verdicts: list[dict[str, Any]],
         fallback_answer: str | None,
@@ -316,7 +328,11 @@ class GroundingChecker:
         if fallback_answer:
             note = f"No answer from the model ({reason_text(reason)}). This is the record table's description."
             return _out(fallback_answer, [], ANSWER_SOURCE_RECORD_TABLE, note, reason, verdicts)
-        extraction = fallback.extract_answer(question, passages)
+        # Quoted from every passage of the run when it retrieved more than this answer was given (an earlier round
+        # of a loop may hold the answer); each quoted sentence cites its own passage.
+        given = {doc.id for doc in passages}
+        wider = any(doc.id not in given for doc in pool)
+        extraction = fallback.extract_answer(question, pool if wider else passages)
         if not extraction.text:
             return _out("", [], fallback.ANSWER_SOURCE_NONE, fallback_note(reason, extracted=False), reason, verdicts)
         return _out(
@@ -332,7 +348,7 @@ class GroundingChecker:
         return default_to_dict(self, require_passages=self.require_passages)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GroundingChecker:
+    def from_dict(cls, data: dict[str, Any]) -> "GroundingChecker":
         return default_from_dict(cls, data)
 
 

@@ -55,7 +55,8 @@ class HybridSearchRequest:
 class RankFusion:
     """
     Reciprocal rank fusion of a keyword and a dense ranking: a document's score is `sum(1 / (rrf_k + rank))` over
-    the lists it appears in (rank from 1); ties keep the order of first appearance.
+    the lists it appears in (rank from 1); ties keep the order of first appearance. `candidates` are every document
+    of both rankings (keyword first, then the dense ones not in it), for an answer quoted from all that was found.
 
     Usage example:
     ```python
@@ -69,15 +70,16 @@ class RankFusion:
         """
         self.rrf_k = rrf_k
 
-    @component.output_types(documents=list[Document])
+    @component.output_types(documents=list[Document], candidates=list[Document])
     def run(self, keyword: list[Document], dense: list[Document], top_k: int) -> dict[str, Any]:
         """
         :param keyword: The keyword ranking, best first.
         :param dense: The embedding ranking, best first.
         :param top_k: Fused documents returned.
-        :returns: `documents` best first, `score` = fused RRF score.
+        :returns: `documents` best first, `score` = fused RRF score; `candidates`, both rankings' documents once each.
         """
-        return {"documents": reciprocal_rank_fusion([keyword, dense], rrf_k=self.rrf_k, top_k=top_k)}
+        return {"documents": reciprocal_rank_fusion([keyword, dense], rrf_k=self.rrf_k, top_k=top_k),
+                "candidates": distinct_documents(keyword, dense)}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, rrf_k=self.rrf_k)
@@ -163,7 +165,7 @@ class HybridRetriever:
         self.input_mapping = {"query": ["request.query"],
                               "filters": ["bm25_retriever.filters", "embedding_retriever.filters"],
                               "top_k": ["request.top_k"]}
-        self.output_mapping = {"fusion.documents": "documents"}
+        self.output_mapping = {"fusion.documents": "documents", "fusion.candidates": "candidates"}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
@@ -182,6 +184,21 @@ class HybridRetriever:
         for key in ("bm25_retriever", "embedding_retriever", "text_embedder"):
             deserialize_component_inplace(data["init_parameters"], key=key)
         return default_from_dict(cls, data)
+
+
+def output_sockets(instance: Any) -> dict[str, Any]:
+    """A component's output sockets by name (none for an object that is not a component)."""
+    sockets = getattr(instance, "__haystack_output__", None)
+    return dict(sockets._sockets_dict) if sockets is not None else {}
+
+
+def distinct_documents(*lists: list[Document]) -> list[Document]:
+    """The documents of `lists` once each (by id), in order of first appearance."""
+    seen: dict[str, Document] = {}
+    for documents in lists:
+        for doc in documents:
+            seen.setdefault(doc.id, doc)
+    return list(seen.values())
 
 
 def reciprocal_rank_fusion(rankings: list[list[Document]], *, rrf_k: int, top_k: int) -> list[Document]:

@@ -15,6 +15,7 @@ from haystack.core.serialization import component_to_dict
 
 from docqa.access import collection_filter
 from docqa.components.haystack_web_search import WEB_PROVIDER_SOURCES, HaystackWebSearch
+from docqa.components.hybrid_retriever import output_sockets
 from docqa.components.searxng_web_search import WEB_SOURCE
 from docqa.components.web_page_reader import WebPageReader
 
@@ -118,13 +119,13 @@ class UnconfiguredSource:
     ```
     """
 
-    @component.output_types(documents=list[Document], error=str | None)
+    @component.output_types(documents=list[Document], candidates=list[Document], error=str | None)
     def run(self, source: str) -> dict[str, Any]:
         """
         :param source: The source asked for.
-        :returns: `documents` (none) and the `error`.
+        :returns: `documents` and `candidates` (none) and the `error`.
         """
-        return {"documents": [], "error": f"source {source!r} is not configured"}
+        return {"documents": [], "candidates": [], "error": f"source {source!r} is not configured"}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self)
@@ -171,14 +172,14 @@ class WebResults:
     ```
     """
 
-    @component.output_types(documents=list[Document], error=str | None)
+    @component.output_types(documents=list[Document], candidates=list[Document], error=str | None)
     def run(self, documents: list[Document], error: str | None = None) -> dict[str, Any]:
         """
         :param documents: The search's documents.
         :param error: Its error, if it failed.
-        :returns: Both.
+        :returns: Both, the documents also as `candidates` (all the branch found).
         """
-        return {"documents": documents, "error": error}
+        return {"documents": documents, "candidates": documents, "error": error}
 
 
 @super_component
@@ -196,8 +197,8 @@ class MultiSourceRetriever:
 
     A `SuperComponent`: `request -> source_router` (a `ConditionalRouter` on the source) `-> collection_scope ->
     collection_retriever`, or `-> <web source> -> <web source>_reader` (one search and one page reader per web
-    source), or `-> unconfigured`; `documents_joiner` and `error_joiner` gather the branch that ran. Each part is
-    its own span.
+    source), or `-> unconfigured`; `documents_joiner`, `error_joiner` and `candidates_joiner` (everything the branch
+    found, for an answer quoted from all that was retrieved) gather the branch that ran. Each part is its own span.
 
     Usage example:
     ```python
@@ -247,11 +248,13 @@ class MultiSourceRetriever:
         pipeline.add_component("unconfigured", UnconfiguredSource())
         pipeline.add_component("documents_joiner", BranchJoiner(list[Document]))
         pipeline.add_component("error_joiner", BranchJoiner(str | None))
+        pipeline.add_component("candidates_joiner", BranchJoiner(list[Document]))
         for name in ("query", "source", "top_k"):
             pipeline.connect(f"request.{name}", f"source_router.{name}")
         pipeline.connect("source_router.unconfigured", "unconfigured.source")
         pipeline.connect("unconfigured.documents", "documents_joiner.value")
         pipeline.connect("unconfigured.error", "error_joiner.value")
+        pipeline.connect("unconfigured.candidates", "candidates_joiner.value")
         if collections:
             pipeline.add_component("collection_scope", CollectionScope())
             pipeline.add_component("collection_retriever", retriever)
@@ -260,6 +263,8 @@ class MultiSourceRetriever:
             pipeline.connect("source_router.collection_query", "collection_retriever.query")
             pipeline.connect("source_router.collection_top_k", "collection_retriever.top_k")
             pipeline.connect("collection_retriever.documents", "documents_joiner.value")
+            found = "candidates" if "candidates" in output_sockets(retriever) else "documents"
+            pipeline.connect(f"collection_retriever.{found}", "candidates_joiner.value")
         readers = 0
         for source in self.sources:
             if source != WEB_SOURCE and source not in WEB_PROVIDER_SOURCES:
@@ -285,11 +290,12 @@ class MultiSourceRetriever:
                 pipeline.connect(f"{node}.error", f"{last}.search_error")
             pipeline.connect(f"{last}.documents", "documents_joiner.value")
             pipeline.connect(f"{last}.error", "error_joiner.value")
+            pipeline.connect(f"{last}.candidates", "candidates_joiner.value")
         self.pipeline = pipeline
         self.input_mapping = {"query": ["request.query"], "source": ["request.source"],
                               **({"filters": ["collection_scope.filters"]} if collections else {})}
         self.output_mapping = {"documents_joiner.value": "documents", "request.source": "source",
-                               "error_joiner.value": "error"}
+                               "error_joiner.value": "error", "candidates_joiner.value": "candidates"}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(

@@ -18,6 +18,7 @@ from haystack.utils import deserialize_component_inplace
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from docqa.access import tenant_of
+from docqa.components.hybrid_retriever import distinct_documents, output_sockets
 from docqa.components.topic_assigner import TenantTopicAssigners, TopicAssigner, TopicAssignment
 from docqa.topic_models import TOPIC_FIELD, VERSION_FIELD
 
@@ -51,6 +52,8 @@ class TopicSearch:
     assignment: TopicAssignment | None = None
     mode: TopicMode = TopicMode.NO_MODEL
     filtered_count: int | None = None
+    # What a narrowed search that found too few returned, kept for the result's `candidates`.
+    earlier: tuple[Document, ...] = ()
 
     @property
     def narrowed(self) -> bool:
@@ -233,22 +236,25 @@ class TopicCheck:
     ```
     """
 
-    @component.output_types(documents=list[Document], topic=dict, retry=TopicSearch)
-    def run(self, search: TopicSearch, documents: list[Document]) -> dict[str, Any]:
+    @component.output_types(documents=list[Document], topic=dict, candidates=list[Document], retry=TopicSearch)
+    def run(self, search: TopicSearch, documents: list[Document],
+            candidates: list[Document] | None = None) -> dict[str, Any]:
         """
         :param search: The search that was run.
         :param documents: What it returned.
-        :returns: `retry` (the unnarrowed search) or `documents` and `topic`.
+        :param candidates: Everything the retriever found before ranking (its `documents` when not given).
+        :returns: `retry` (the unnarrowed search) or `documents`, `topic` and `candidates` (every search's).
         """
+        found = documents if candidates is None else candidates
         if search.narrowed and len(documents) < search.needed:
             return {"retry": dataclasses.replace(search, filters=search.base_filters, mode=TopicMode.TOO_FEW,
-                                                 filtered_count=len(documents))}
+                                                 filtered_count=len(documents), earlier=tuple(found))}
         if search.narrowed:
             search = dataclasses.replace(search, filtered_count=len(documents))
         info = search.info()
         if search.assignment is not None:
             info["keywords"] = topic_keywords(documents, search.assignment.topic_id)
-        return {"documents": documents, "topic": info}
+        return {"documents": documents, "topic": info, "candidates": distinct_documents(list(search.earlier), found)}
 
 
 @super_component
@@ -326,10 +332,13 @@ class TopicFilteredRetriever:
             ("retriever.documents", "topic_check.documents"),
         ):
             pipeline.connect(sender, receiver)
+        if "candidates" in output_sockets(retriever):
+            pipeline.connect("retriever.candidates", "topic_check.candidates")
         self.pipeline = pipeline
         self.input_mapping = {"query": ["topic_filter.query"], "filters": ["topic_filter.filters"],
                               "scope_filters": ["topic_filter.scope_filters"], "top_k": ["topic_filter.top_k"]}
-        self.output_mapping = {"topic_check.documents": "documents", "topic_check.topic": "topic"}
+        self.output_mapping = {"topic_check.documents": "documents", "topic_check.topic": "topic",
+                               "topic_check.candidates": "candidates"}
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(

@@ -118,7 +118,7 @@ class WebPageReader:
         # Checked here, not at the first page read.
         self._limits(self.timeout_s)
 
-    @component.output_types(documents=list[Document], errors=list[str], error=str | None)
+    @component.output_types(documents=list[Document], candidates=list[Document], errors=list[str], error=str | None)
     def run(self, query: str, documents: list[Document], top_k: int | None = None,
             search_error: str | None = None) -> dict[str, Any]:
         """
@@ -126,8 +126,9 @@ class WebPageReader:
         :param documents: Web results, best first (`meta.url`, `meta.title`; their content is the snippet).
         :param top_k: Documents returned (the init `top_k` by default).
         :param search_error: Why the search itself failed, if it did (it leads `error`).
-        :returns: `documents` best first, `errors` (one line per page that could not be read) and `error`: the
-            search's error and the pages' joined by "; " (None when there is none).
+        :returns: `documents` best first, `candidates` (the results, then `documents`), `errors` (one line per page
+            that could not be read) and `error`: the search's error and the pages' joined by "; " (None when there is
+            none).
         """
         urls = list(dict.fromkeys(doc.meta["url"] for doc in documents if doc.meta.get("url")))[: self.max_pages]
         if urls:
@@ -146,7 +147,8 @@ class WebPageReader:
             else:
                 candidates.extend(self._chunks(doc, page))
         error = "; ".join(e for e in (search_error, *errors) if e) or None
-        return {"documents": rank(query, candidates)[: top_k or self.top_k], "errors": errors, "error": error}
+        shown = rank(query, candidates)[: top_k or self.top_k]
+        return {"documents": shown, "candidates": [*documents, *shown], "errors": errors, "error": error}
 
     def warm_up(self) -> None:
         """Start the conversion box's server (a second or two, once per process) before the first question."""

@@ -11,14 +11,13 @@ A table row (a spreadsheet's or CSV's chunk is a Markdown table under its header
 its column names, "Order: 125005; Customer: Customer 17; Amount: 6556.75", so an exact-value question about a sheet
 still gets the row that answers it.
 
-The passages come from the run itself: the step tracer hands every component output to `note_passages`, which
-keeps the documents the run retrieved (already filtered by the caller's access scope) for `finish` to read. Not
-`Pipeline.run(include_outputs_from=...)`: it keeps a looping component's last visit only, and the fallback quotes
-the passages of every round (AT-RAG's last rewrite may retrieve nothing useful while an earlier one did).
+The passages come from the run's graph: every retrieval's `candidates` reach the grounding node's `retrieved`
+input (a lazy variadic socket, so each round of a loop adds its own; `Pipeline.run(include_outputs_from=...)` would
+keep a looping node's last visit only), all already filtered by the caller's access scope; `passage_pool` makes
+one list of them.
 
 Usage:
-    note_passages(recorder, {"documents": docs})          # done by docqa.step_tracer for every component run
-    fallback = extract_answer(question, passages_of(recorder))
+    fallback = extract_answer(question, passage_pool(first_round, second_round, given))
     fallback.text, fallback.documents
 """
 
@@ -26,9 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-import threading
-import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,27 +77,16 @@ _MARKUP_LINE = re.compile(r"^\s*(#{1,6}\s|[-*+]\s|\d+[.)]\s|>\s?|\|)")
 _TABLE_RULE = re.compile(r"^\|(?:\s*:?-{3,}:?\s*\|)+$")
 _CELL_EDGE = re.compile(r"(?<!\\)\|")
 
-_passages: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
-
-
-def note_passages(recorder: Any, outputs: Mapping[str, Any]) -> None:
-    """Keep the documents among a component's outputs (top-level lists of Haystack `Document`s) for `recorder`."""
-    found = [doc for value in outputs.values() if isinstance(value, list) for doc in value if _is_passage(doc)]
-    if not found:
-        return
-    with _lock:
-        kept = _passages.setdefault(recorder, {})
-        for doc in found:
+def passage_pool(*groups: Iterable[Any]) -> list[Any]:
+    """The passages of `groups` once each (by id), in order of first appearance, at most MAX_PASSAGES."""
+    kept: dict[str, Any] = {}
+    for group in groups:
+        for doc in group:
             if len(kept) >= MAX_PASSAGES:
-                break
-            kept.setdefault(doc.id, doc)
-
-
-def passages_of(recorder: Any) -> list[Any]:
-    """The documents the run retrieved, in the order first seen."""
-    with _lock:
-        return list(_passages.get(recorder, {}).values())
+                return list(kept.values())
+            if _is_passage(doc):
+                kept.setdefault(doc.id, doc)
+    return list(kept.values())
 
 
 def _is_passage(doc: Any) -> bool:

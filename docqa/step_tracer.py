@@ -40,7 +40,6 @@ from haystack.tracing import Span, Tracer
 from haystack.tracing.tracer import NullTracer
 
 from docqa import spans as names
-from docqa.extractive_fallback import note_passages
 from docqa.recording import StepRecorder, attach_llm_call, to_jsonable
 from docqa.result import LLMUsage, Step
 
@@ -131,10 +130,6 @@ class DocqaSpan(Span):
         if key in (_INPUT_TAG, names.STEP_INPUT) and isinstance(value, Mapping):
             self.step.inputs = to_jsonable(dict(value))
         elif key in (_OUTPUT_TAG, names.STEP_OUTPUT) and isinstance(value, Mapping):
-            if key == _OUTPUT_TAG and self.recorder is not None:
-                # The raw documents, not their summaries: an answer extracted when the model gives none quotes the
-                # passages of every round of a loop, and a pipeline's outputs hold a looping node's last round only.
-                note_passages(self.recorder, value)
             # Model calls made during the step are already in `outputs`; keep them after the step's own outputs.
             calls = self.step.outputs.pop("llm_calls", None)
             self.step.outputs.update(to_jsonable(dict(value)))

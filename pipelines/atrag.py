@@ -216,6 +216,8 @@ class ATRAGPipeline(HaystackStrategy):
             "atrag", pipeline, models=models, max_question_chars=max_question_chars,
             kinds={**inner_step_kinds(pipeline), **KINDS},
             input_names=INPUT_NAMES,
+            # The last grade is the shown answer's: judged unsupported, it is replaced by quoted sentences.
+            grounding_inputs={"grounded": "answer_grader.grounded"},
             summary={
                 "top_k": top_k,
                 "max_iterations": max_iterations,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -82,15 +83,17 @@ def finish(
     recorder: StepRecorder,
     stop_reason: str | None = None,
     grounding: GroundingOutcome | None = None,
+    passages: Sequence[Any] = (),
 ) -> PipelineResult:
     """The result of a run. With `grounding` (the strategy's grounding node ran) its decision stands, refined only
-    by what the node cannot see: a reply the generator dropped as an echo, and a grader's verdict."""
+    by what the node cannot see: a reply the generator dropped as an echo. Without it, an unusable answer is
+    replaced by sentences quoted from `passages` (what the run's outputs hold)."""
     config = pipeline.config()
     with record_steps(recorder):
         if grounding is not None:
             answer, citations, source, note = _grounded_answer(question, answer, citations, recorder, grounding)
         else:
-            answer, citations, source, note = _usable_answer(question, answer, citations, recorder)
+            answer, citations, source, note = _usable_answer(question, answer, citations, recorder, passages)
     return PipelineResult(
         pipeline=pipeline.name,
         question=question,
@@ -105,9 +108,9 @@ def finish(
     )
 
 
-def _usable_answer(question: str, answer: str, citations: list[Citation],
-                   recorder: StepRecorder) -> tuple[str, list[Citation], str, str | None]:
-    """The model's answer when usable; else the best-matching retrieved sentences, labelled as extracted.
+def _usable_answer(question: str, answer: str, citations: list[Citation], recorder: StepRecorder,
+                   passages: Sequence[Any]) -> tuple[str, list[Citation], str, str | None]:
+    """The model's answer when usable; else the best-matching sentences of `passages`, labelled as extracted.
 
     An `answer_fallback` step (a span) so the trace shows what the model said and what replaced it.
     """
@@ -119,7 +122,7 @@ def _usable_answer(question: str, answer: str, citations: list[Citation],
     if reason is None:
         return answer, citations, fallback.ANSWER_SOURCE_MODEL, None
     with step_span("fallback", "answer_fallback", inputs={"reason": reason, "model_answer": answer}) as span:
-        extraction = fallback.extract_answer(question, fallback.passages_of(recorder))
+        extraction = fallback.extract_answer(question, fallback.passage_pool(passages))
         span.set_content_tag(STEP_OUTPUT, _sentences(extraction))
     if not extraction.text:
         note = f"No answer: {fallback.reason_text(reason)}, and no retrieved passage matches the question."
@@ -132,7 +135,7 @@ def _usable_answer(question: str, answer: str, citations: list[Citation],
 def _grounded_answer(question: str, answer: str, citations: list[Citation], recorder: StepRecorder,
                      grounding: GroundingOutcome) -> tuple[str, list[Citation], str, str | None]:
     from docqa import extractive_fallback as fallback
-    from docqa.components.grounding_checker import REASON_NO_PASSAGE, fallback_note
+    from docqa.components.grounding_checker import fallback_note
 
     # The node saw an empty answer; a model that did reply was only echoing the prompt (the generator dropped it).
     if grounding.reason == fallback.REASON_EMPTY and grounding.answer_source in (
@@ -141,52 +144,7 @@ def _grounded_answer(question: str, answer: str, citations: list[Citation], reco
         grounding = GroundingOutcome(grounding.answer_source, fallback_note(
             fallback.REASON_ECHO, extracted=grounding.answer_source == fallback.ANSWER_SOURCE_EXTRACTED),
             fallback.REASON_ECHO)
-    if grounding.reason != REASON_NO_PASSAGE and (
-            grounding.answer_source == fallback.ANSWER_SOURCE_NONE
-            or (grounding.answer_source == fallback.ANSWER_SOURCE_EXTRACTED and _retrieved_beyond_given(recorder))):
-        widened = _extracted_from_run(question, recorder, grounding.reason or fallback.REASON_EMPTY)
-        if widened is not None:
-            return widened
-    if grounding.answer_source != fallback.ANSWER_SOURCE_MODEL:
-        return answer, citations, grounding.answer_source, grounding.answer_note
-    if fallback.unusable_reason(question, answer, recorder.steps) == fallback.REASON_UNGROUNDED:
-        return _usable_answer(question, answer, citations, recorder)
     return answer, citations, grounding.answer_source, grounding.answer_note
-
-
-def _retrieved_beyond_given(recorder: StepRecorder) -> bool:
-    """Whether the run retrieved passages its grounding node was not given (earlier rounds of a loop)."""
-    from docqa import extractive_fallback as fallback
-
-    checks = [step for step in recorder.steps if step.kind == "grounding"]
-    if not checks:
-        return False
-    given = {doc.get("id") for doc in checks[-1].inputs.get("documents") or [] if isinstance(doc, dict)}
-    return any(doc.id not in given for doc in fallback.passages_of(recorder))
-
-
-def _extracted_from_run(question: str, recorder: StepRecorder,
-                        reason: str) -> tuple[str, list[Citation], str, str | None] | None:
-    """Sentences quoted from every passage the run retrieved, when the grounding node quoted the passages of the
-    last generation only, or found none to quote.
-
-    In a strategy with several rounds (AT-RAG's rewrites) the last round may be the one that found nothing, while
-    an earlier round retrieved the passage that answers; quoted sentences are backed by their passage whichever
-    round retrieved it (all under the caller's access filters).
-    """
-    from docqa import extractive_fallback as fallback
-    from docqa.components.grounding_checker import fallback_note
-
-    passages = fallback.passages_of(recorder)
-    if not passages:
-        return None
-    with step_span("fallback", "answer_fallback", inputs={"reason": reason, "passages": len(passages)}) as span:
-        extraction = fallback.extract_answer(question, passages)
-        span.set_content_tag(STEP_OUTPUT, _sentences(extraction))
-    if not extraction.text:
-        return None
-    return (extraction.text, citations_from_documents(extraction.documents), fallback.ANSWER_SOURCE_EXTRACTED,
-            fallback_note(reason, extracted=True))
 
 
 def _sentences(extraction: Any) -> dict[str, Any]:

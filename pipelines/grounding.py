@@ -4,8 +4,11 @@
 the `answer` output, the generator's own `cited_documents` and, when present, its `finish_reason`,
 `answer_source` and `fallback_answer`; the passages it checks against are the answering component's own
 `documents` output (the passages it was given, in prompt order), else what feeds its `documents` input, else a
-socket the strategy names (without any, the generator's `cited_documents` are the passages). A graph that already has a
-`GroundingChecker` (a YAML export of a built-in) keeps it.
+socket the strategy names (without any, the generator's `cited_documents` are the passages). Every retrieval's
+`candidates` output (else, in a graph without any, every `documents` output holding Documents) feeds its
+`retrieved` input, each round of a loop adding its own, so an extracted answer quotes every passage the run
+retrieved; nodes after the answer never do. A graph that already has a `GroundingChecker` (a YAML export of a
+built-in) keeps it.
 
 `ReadablePassages` is the one-node graph a strategy runs before its own when it reads only docqa's store: when
 the caller's filters match no passage at all, the strategy answers at once, with no model call.
@@ -21,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from haystack import Pipeline, component
+import networkx as nx
+from haystack import Document, Pipeline, component
 
 from docqa.components.grounding_checker import GroundingChecker
 
@@ -59,10 +63,27 @@ def attach_grounding(pipeline: Pipeline, *, require_passages: bool = True,
     if given is not None:
         wiring["documents"] = given
     wiring.update(inputs or {})
+    retrieved = _retrieval_senders(pipeline, owner)
     pipeline.add_component(GROUNDING_NODE, GroundingChecker(require_passages=require_passages))
     for receiver, sender in wiring.items():
         pipeline.connect(sender, f"{GROUNDING_NODE}.{receiver}")
+    for sender in retrieved:
+        pipeline.connect(sender, f"{GROUNDING_NODE}.retrieved")
     return GROUNDING_NODE
+
+
+def _retrieval_senders(pipeline: Pipeline, owner: str) -> list[str]:
+    """The sockets whose documents the run retrieved: every `candidates` output, else every `documents` output
+    holding Documents, of the nodes that can run before the answer (graph order)."""
+    # Nodes only the answer leads to (not those in a loop with it) run after it.
+    after = nx.descendants(pipeline.graph, owner) - nx.ancestors(pipeline.graph, owner)
+    outputs = {name: sockets for name, sockets in pipeline.outputs(include_components_with_connected_outputs=True)
+               .items() if name != owner and name not in after}
+    found = [f"{name}.candidates" for name, sockets in outputs.items() if "candidates" in sockets]
+    if found:
+        return found
+    return [f"{name}.documents" for name, sockets in outputs.items()
+            if sockets.get("documents", {}).get("type") == list[Document]]
 
 
 def _documents_sender(pipeline: Pipeline, owner: str) -> str | None:

@@ -37,7 +37,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from haystack import Pipeline, tracing
+from haystack import Document, Pipeline, logging, tracing
 from haystack.core.errors import PipelineRuntimeError
 from haystack.core.serialization import component_to_dict, generate_qualified_class_name
 
@@ -158,12 +158,41 @@ def check_access_wiring(pipeline: Pipeline, serialized: dict[str, Any] | None = 
             )
 
 
+logger = logging.getLogger(__name__)
+
+
 def _budget_error(exc: BaseException) -> LLMBudgetExceededError | None:
     """The LLM budget error behind a pipeline error, through the wrapping of nested pipelines (SuperComponents)."""
     cause: BaseException | None = exc
     while isinstance(cause, PipelineRuntimeError):
         cause = cause.__cause__
     return cause if isinstance(cause, LLMBudgetExceededError) else None
+
+
+def documents_of(outputs: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+    """Every Document among a run's outputs, in output order (a graph without a grounding node quotes these)."""
+    return [doc for sockets in outputs.values() for value in sockets.values() if isinstance(value, list)
+            for doc in value if isinstance(doc, Document)]
+
+
+def retrieved_before(error: PipelineRuntimeError, grounding: str | None) -> list[Any]:
+    """The passages that had reached the grounding node's `retrieved` input when the run failed, read from the
+    pipeline's snapshot of its pending inputs (empty without a grounding node or a snapshot that holds them)."""
+    snapshot = getattr(error, "pipeline_snapshot", None)
+    if grounding is None or snapshot is None:
+        return []
+    # Only the Documents are read back (public `Document.from_dict`), never the other pending inputs (docqa's
+    # state objects, which a snapshot may hold only in part).
+    data = (snapshot.pipeline_state.inputs or {}).get("serialized_data") or {}
+    entries = (data.get(grounding) or {}).get("retrieved") or []
+    passages: list[Any] = []
+    for entry in entries:
+        for doc in (entry.get("value") or []) if isinstance(entry, dict) else []:
+            try:
+                passages.append(Document.from_dict(doc))
+            except (TypeError, ValueError, AttributeError):
+                logger.warning("a passage of a stopped run could not be read back from its snapshot")
+    return passages
 
 
 class HaystackStrategy:
@@ -314,6 +343,7 @@ class HaystackStrategy:
              data: dict[str, Any]) -> PipelineResult:
         recorder = StepRecorder()
         out_of_budget: LLMBudgetExceededError | None = None
+        gathered: list[Any] = []
         if self._readable.graph.nodes:
             with untraced():
                 readable = self._readable.run({"readable_passages": {"filters": access_filters}})
@@ -334,8 +364,9 @@ class HaystackStrategy:
                     if exc.__cause__ is not None:
                         raise exc.__cause__ from None
                     raise
+                gathered = retrieved_before(exc, self.grounding)
         if out_of_budget is not None:
-            return self._answer_out_of_budget(question, recorder, out_of_budget)
+            return self._answer_out_of_budget(question, recorder, out_of_budget, gathered)
         answer_of = self._outputs[ANSWER_OUTPUT]
         if ANSWER_OUTPUT not in outputs.get(answer_of, {}):
             raise ConfigurationError(
@@ -351,7 +382,8 @@ class HaystackStrategy:
         outcome = GroundingOutcome(checked["answer_source"], checked.get("answer_note"), checked.get("reason")) \
             if "answer_source" in checked else None
         return finish(self, question, answer if isinstance(answer, str) else str(answer),
-                      citations, recorder, stop_reason=stop_reason or None, grounding=outcome)
+                      citations, recorder, stop_reason=stop_reason or None, grounding=outcome,
+                      passages=documents_of(outputs))
 
     def _answer_without_passages(self, question: str, scope: AccessScope, recorder: StepRecorder) -> PipelineResult:
         """Nothing the caller may read: say so at once, naming who asked and nothing of other documents."""
@@ -359,17 +391,18 @@ class HaystackStrategy:
         return finish(self, question, text, [], recorder, stop_reason=REASON_NO_PASSAGE,
                       grounding=GroundingOutcome("none", text, REASON_NO_PASSAGE))
 
-    def _answer_out_of_budget(self, question: str, recorder: StepRecorder,
-                              error: LLMBudgetExceededError) -> PipelineResult:
+    def _answer_out_of_budget(self, question: str, recorder: StepRecorder, error: LLMBudgetExceededError,
+                              gathered: list[Any]) -> PipelineResult:
         """The run's answer when the LLM call budget stopped it after model calls were made: what it gathered.
 
-        The graph raised mid-run, so its outputs are lost; the passages it retrieved are not (`finish` quotes the
-        best-matching sentences, labelled extracted). Never an error after calls the caller pays for.
+        The graph raised mid-run, so its outputs are lost; the passages it retrieved are not (`gathered`, the
+        grounding node's pending inputs: `finish` quotes their best-matching sentences, labelled extracted).
+        Never an error after calls the caller pays for.
         """
         with record_steps(recorder), step_span("control", LLM_BUDGET_STEP,
                                                inputs={"llm_calls": recorder.totals().llm_calls}) as span:
             span.set_content_tag(STEP_OUTPUT, {"stop_reason": STOP_LLM_BUDGET, "reason": error.message})
-        return finish(self, question, "", [], recorder, stop_reason=STOP_LLM_BUDGET)
+        return finish(self, question, "", [], recorder, stop_reason=STOP_LLM_BUDGET, passages=gathered)
 
     def dumps(self) -> str:
         """The strategy as Haystack YAML (`Pipeline.dumps()`)."""

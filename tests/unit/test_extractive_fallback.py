@@ -138,13 +138,21 @@ class TestRunPassages:
         show the question back as the answer."""
         from haystack import Document
 
-        from docqa.extractive_fallback import note_passages, passages_of
+        from docqa.extractive_fallback import passage_pool
 
-        recorder = object.__new__(type("Recorder", (), {}))
         stored = Document(id="p1", content="Expense reports are due in 30 days.", meta={"source": "policy.md"})
         question = Document(content=QUESTION)
-        note_passages(recorder, {"documents": [stored], "embedded": [question]})
-        assert passages_of(recorder) == [stored]
+        assert passage_pool([stored, question]) == [stored]
+
+    def test_every_rounds_passages_once_in_order_of_first_appearance_and_bounded(self):
+        from haystack import Document
+
+        from docqa.extractive_fallback import MAX_PASSAGES, passage_pool
+
+        docs = [Document(id=f"p{i}", content=f"Rule {i}.", meta={"source": f"{i}.md"}) for i in range(3)]
+        assert [d.id for d in passage_pool([docs[1], docs[0]], [docs[0], docs[2]], [docs[1]])] == ["p1", "p0", "p2"]
+        many = [Document(id=f"m{i}", content=f"Rule {i}.", meta={"source": "m.md"}) for i in range(MAX_PASSAGES + 5)]
+        assert len(passage_pool(many[:150], many[150:])) == MAX_PASSAGES
 
 
 class TestExtraction:

@@ -668,7 +668,10 @@ def test_when_the_last_round_gives_nothing_to_quote_the_runs_earlier_passages_ar
     # `unusable_reason`); either way the note says the sentences are quoted.
     assert result.answer_note.startswith("No answer from the model (the model only repeated the question or prompt)")
     assert result.answer_note.endswith("quoted from the retrieved passages, not generated.")
-    assert result.steps[-1].kind == "fallback" and result.steps[-1].outputs["sentences"][0]["document_id"] == "travel"
+    # The grounding node quotes the run's passages itself: every round's retrieval reached its `retrieved` input.
+    checked = result.steps[-1]
+    assert checked.kind == "grounding" and [d["id"] for d in checked.outputs["cited_documents"]] == ["travel"]
+    assert {d["id"] for group in checked.inputs["retrieved"] for d in group} >= {"travel", "song"}
 
 
 def test_no_passage_in_the_whole_run_stays_no_answer(tmp_path):
@@ -681,9 +684,60 @@ def test_an_extracted_answer_quotes_every_round_only_when_the_run_retrieved_more
     for retrieved, expected in (([song], ["song"]), ([_doc("travel", TRAVEL), song], ["travel"])):
         result = _two_rounds(tmp_path / str(len(retrieved)), retrieved, "In Search of a Song is a 1972 album [1].")
         assert _prompted(result)[-1] == ["song"] and _grounding(result)["reason"] == "unsupported_number"
-        if expected == ["song"]:  # nothing beyond what the node was given: its quote stands
-            assert result.steps[-1].kind == "grounding" and result.answer_source == "extracted"
-            assert [c.document_id for c in result.citations] == expected
-        else:
-            assert [c.document_id for c in result.citations] == expected and "EUR 5,000" in result.answer
-            assert result.steps[-1].kind == "fallback"
+        # Either way the grounding node's quote is the answer: from what it was given when the run retrieved
+        # nothing more, else from every round's passages.
+        assert result.steps[-1].kind == "grounding" and result.answer_source == "extracted"
+        assert [c.document_id for c in result.citations] == expected
+        if expected == ["travel"]:
+            assert "EUR 5,000" in result.answer
+
+
+@component
+class _Found:
+    @component.output_types(documents=list[Document], query=str)
+    def run(self, query: str) -> dict[str, Any]:
+        return {"documents": [Document(id="d1", content="Hotels up to EUR 5,000.", meta={"source": "t.md"})],
+                "query": query}
+
+
+@component
+class _Answer:
+    @component.output_types(answer=str, draft=str)
+    def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
+        return {"answer": "No idea.", "draft": "No idea."}
+
+
+@component
+class _After:
+    @component.output_types(documents=list[Document])
+    def run(self, draft: str) -> dict[str, Any]:
+        return {"documents": []}
+
+
+def test_the_grounding_node_hears_every_retrieval_before_the_answer_and_nothing_after_it():
+    """A graph without `candidates` outputs (a YAML strategy's plain retriever) feeds its Document outputs to
+    `retrieved`; a node only the answer leads to is never wired (it would wait for the answer it follows)."""
+    from docqa.pipelines.grounding import attach_grounding
+
+    pipeline = Pipeline()
+    for name, instance in (("found", _Found()), ("answer", _Answer()), ("after", _After())):
+        pipeline.add_component(name, instance)
+    pipeline.connect("found.documents", "answer.documents")
+    pipeline.connect("found.query", "answer.query")
+    pipeline.connect("answer.draft", "after.draft")
+    assert attach_grounding(pipeline) == "grounding"
+    senders = {edge[0] for edge in pipeline.graph.in_edges("grounding", data=True)
+               if edge[2]["to_socket"].name == "retrieved"}
+    assert senders == {"found"}
+    out = pipeline.run({"found": {"query": "Hotel limit?"}, "grounding": {"question": "What is the hotel limit?"}})
+    assert out["grounding"]["answer_source"] == "extracted" and "EUR 5,000" in out["grounding"]["answer"]
+
+
+def test_a_graders_unsupported_verdict_replaces_an_answer_the_checks_would_keep():
+    docs = [Document(id="d1", content="Hotels are reimbursed up to EUR 5,000 per trip.", meta={"source": "t.md"})]
+    kept = GroundingChecker().run(question="What is the hotel limit?", answer="Up to EUR 5,000 [1].", documents=docs)
+    assert kept["answer_source"] == "model"
+    judged = GroundingChecker().run(question="What is the hotel limit?", answer="Up to EUR 5,000 [1].",
+                                    documents=docs, grounded=False)
+    assert (judged["answer_source"], judged["reason"]) == ("extracted", "ungrounded")
+    assert judged["verdicts"][-1] == {"sentence": "Up to EUR 5,000 [1].", "verdict": "dropped", "reason": "ungrounded"}
