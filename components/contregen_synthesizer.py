@@ -3,27 +3,33 @@ LLM step in the graph), and each paragraph cites the passages it used."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import re
 from functools import partial
 from typing import Any
 
 from haystack import Document, Pipeline, component, default_from_dict, default_to_dict
+from haystack.core.component.sockets import Sockets
+from haystack.core.component.types import InputSocket, OutputSocket
+from haystack.core.errors import PipelineRuntimeError
 from haystack.core.serialization import component_to_dict
 from haystack.core.super_component import SuperComponent
 from haystack.dataclasses import ChatMessage
 from haystack.utils import deserialize_chatgenerator_inplace
 
 from docqa.components.context_tree import STOP_LLM_BUDGET, ContextTree, TreeNode
-from docqa.components.prompt_templates import load_prompt, render_prompt
+from docqa.components.prompt_templates import load_prompt
 from docqa.components.prompted_llm import PromptedLLM
 from docqa.components.reply_parsers import prompt_text, reply_text
-from docqa.llm.calls import ChatGenerator, generate_text, strip_prompt_echo
+from docqa.llm.calls import ChatGenerator, strip_prompt_echo
 from docqa.recording import run_concurrently
-from docqa.run_control import LLMBudgetExceededError
+from docqa.run_control import budget_error_behind
 from docqa.spans import STEP_OUTPUT, step_span
 
 _REFERENCE = re.compile(r"\[(\d{1,4})\]")
+SUMMARY_NODE = "node_summary"
+SUMMARY_VARIABLES = ("question", "passages", "children")
 _LEADING_LABEL = re.compile(r"^\s*(summary|answer|findings)\s*:\s*", re.IGNORECASE)
 _WORD = re.compile(r"[a-z0-9]{4,}")
 # A paragraph the model left uncited is attributed to the passage it shares most words with, from this many on.
@@ -36,14 +42,47 @@ def _words(text: str) -> set[str]:
 
 
 @component
-class NodeSummaries:
+class NodeSummaryParser:
+    """
+    Reads a node summary: the reply without lines echoing the prompt and without a leading "Summary:" label.
+
+    Usage example:
+    ```python
+    NodeSummaryParser().run(replies=replies, prompt=prompt)["summary"]
+    ```
+    """
+
+    @component.output_types(summary=str)
+    def run(self, replies: list[ChatMessage], prompt: list[ChatMessage]) -> dict[str, Any]:
+        """
+        :param replies: the model's replies; the first is read.
+        :param prompt: the messages the reply answers.
+        :returns: the `summary` ('' when the model only repeated the prompt).
+        """
+        text = strip_prompt_echo(reply_text(replies).strip(), prompt_text(prompt))
+        return {"summary": _LEADING_LABEL.sub("", text).strip()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeSummaryParser:
+        return default_from_dict(cls, data)
+
+
+@component
+class NodeSummaries(SuperComponent):
     """
     Writes the summaries of a context tree's nodes below the root, bottom-up: deepest level first (nodes of one
     level concurrently, at most `concurrency` at once); a leaf summarises its passages for its sub-question, a
     parent merges its accepted children's summaries with its own passages. Passages carry their tree-wide number
-    `[n]`, so citations survive the merges. When the LLM call budget refuses a summary, the node falls back to an
-    extractive summary (the start of each passage, cited) and the stop reason becomes `llm_budget`. Each summary
-    is a span (`docqa.summary`, so a step of the trace), its model call a span under it.
+    `[n]`, so citations survive the merges.
+
+    A `SuperComponent` whose graph is one prompted LLM step, `node_summary` (`contregen_summary_prompt`, a
+    `ChatPromptBuilder` with the summary template -> `contregen_summary_llm`, one model call ->
+    `contregen_summary_parser`), run once per node inside the node's `docqa.summary` span (a step of the trace).
+    When the LLM call budget refuses a summary, the node falls back to an extractive summary (the start of each
+    passage, cited) and the stop reason becomes `llm_budget`.
 
     Usage example:
     ```python
@@ -65,14 +104,25 @@ class NodeSummaries:
         self.concurrency = concurrency
         self.max_passage_chars = max_passage_chars
         self.summary_template = summary_template or load_prompt("contregen_summarize")
+        step = PromptedLLM(chat_generator, self.summary_template, NodeSummaryParser(),
+                           variables=list(SUMMARY_VARIABLES), outputs={"summary": "summary"},
+                           max_tokens=summary_tokens, purpose="contregen_summary")
+        pipeline = Pipeline()
+        pipeline.add_component(SUMMARY_NODE, step)
+        self.step_kinds = {SUMMARY_NODE: "summary_writer", **step.step_kinds}
+        SuperComponent.__init__(
+            self, pipeline, input_mapping={name: [f"{SUMMARY_NODE}.{name}"] for name in SUMMARY_VARIABLES},
+            output_mapping={f"{SUMMARY_NODE}.summary": "summary"})
+        # Outside, a tree in and the tree out: the inner step runs once per node, not once per run.
+        self.__haystack_input__ = Sockets(self, {"tree": InputSocket("tree", ContextTree)}, InputSocket)
+        self.__haystack_output__ = Sockets(self, {"tree": OutputSocket("tree", ContextTree)}, OutputSocket)
 
-    @component.output_types(tree=ContextTree)
-    def run(self, tree: ContextTree) -> dict[str, Any]:
+    def run(self, **kwargs: Any) -> dict[str, Any]:
         """
         :param tree: The expanded context tree; it is copied, not changed.
         :returns: the `tree` with every accepted node below the root summarised.
         """
-        tree = copy.deepcopy(tree)
+        tree: ContextTree = copy.deepcopy(kwargs["tree"])
         nodes = [node for node in tree.accepted_nodes() if node.parent is not None]
         for depth in sorted({node.depth for node in nodes}, reverse=True):
             level = [node for node in nodes if node.depth == depth]
@@ -82,22 +132,35 @@ class NodeSummaries:
             tree.stop_reason = STOP_LLM_BUDGET
         return {"tree": tree}
 
+    async def run_async(self, **kwargs: Any) -> dict[str, Any]:
+        """`run` in a worker thread (the summaries of a level already run concurrently there)."""
+        return await asyncio.to_thread(partial(self.run, **kwargs))
+
     def _summarize(self, tree: ContextTree, node: TreeNode) -> None:
         context = tree_context(tree, node, self.max_passage_chars)
         with step_span("summary", f"contregen_summary {node.id}",
                        inputs={"node": node.id, "sub_question": node.query or node.sub_question,
                                "children": [c["sub_question"] for c in context["children"]]}) as span:
-            prompt = render_prompt(self.summary_template, question=node.query or node.sub_question, **context)
             try:
-                raw = generate_text(self.chat_generator, prompt, max_tokens=self.summary_tokens,
-                                    purpose=f"contregen_summary[{node.id}]")
-                node.summary = _LEADING_LABEL.sub("", strip_prompt_echo(raw, prompt)).strip()
-                node.summary_mode = "llm"
-            except LLMBudgetExceededError:
+                out = self.pipeline.run({SUMMARY_NODE: {"question": node.query or node.sub_question, **context}})
+                node.summary, node.summary_mode = out[SUMMARY_NODE]["summary"], "llm"
+            except PipelineRuntimeError as exc:
+                if budget_error_behind(exc) is None:
+                    raise
                 node.summary, node.summary_mode = extractive_summary(tree, node), "extractive"
             if not node.summary:
                 node.summary, node.summary_mode = extractive_summary(tree, node), "extractive_empty_reply"
             span.set_content_tag(STEP_OUTPUT, {"node": node.id, "summary": node.summary, "mode": node.summary_mode})
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, chat_generator=component_to_dict(self.chat_generator, "chat_generator"),
+                               summary_tokens=self.summary_tokens, concurrency=self.concurrency,
+                               max_passage_chars=self.max_passage_chars, summary_template=self.summary_template)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeSummaries:
+        deserialize_chatgenerator_inplace(data["init_parameters"], key="chat_generator")
+        return default_from_dict(cls, data)
 
 
 @component
@@ -254,16 +317,16 @@ class ConTReGenSynthesizer(SuperComponent):
             outputs={"text": "text"}, max_tokens=answer_tokens, purpose="contregen_answer",
             llm_kind="generation", request=RootAnswerRequest(max_passage_chars),
         )
+        summaries = NodeSummaries(chat_generator, summary_tokens=summary_tokens, concurrency=concurrency,
+                                  max_passage_chars=max_passage_chars, summary_template=self.summary_template)
         pipeline = Pipeline()
-        pipeline.add_component("contregen_summaries", NodeSummaries(
-            chat_generator, summary_tokens=summary_tokens, concurrency=concurrency,
-            max_passage_chars=max_passage_chars, summary_template=self.summary_template))
+        pipeline.add_component("contregen_summaries", summaries)
         pipeline.add_component("contregen_answer", answer_step)
         pipeline.add_component("contregen_citations", CitedParagraphs())
         pipeline.connect("contregen_summaries.tree", "contregen_answer.tree")
         pipeline.connect("contregen_summaries.tree", "contregen_citations.tree")
         pipeline.connect("contregen_answer.text", "contregen_citations.text")
-        self.step_kinds = {"contregen_summaries": "synthesis", "contregen_answer": "generation",
+        self.step_kinds = {"contregen_summaries": "synthesis", **summaries.step_kinds, "contregen_answer": "generation",
                            **answer_step.step_kinds, "contregen_citations": "synthesis"}
         SuperComponent.__init__(
             self,

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from haystack.core.errors import PipelineRuntimeError
+
 from docqa.errors import DocqaError, check_bounds
 
 OUTCOME_COMPLETED = "completed"
@@ -157,6 +159,15 @@ class RunControl:
                 )
             self.llm_calls += 1
         return None if max_tokens is None else bounded_max_tokens(max_tokens, self.max_completion_tokens)
+
+
+def budget_error_behind(exc: BaseException) -> LLMBudgetExceededError | None:
+    """The LLM budget error behind `exc`, through the errors Haystack wraps a failed component's in (its
+    `__cause__`, one per nested pipeline)."""
+    cause: BaseException | None = exc
+    while isinstance(cause, PipelineRuntimeError):
+        cause = cause.__cause__
+    return cause if isinstance(cause, LLMBudgetExceededError) else None
 
 
 def bounded_max_tokens(value: Any, ceiling: int | None = None) -> int:

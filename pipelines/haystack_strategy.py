@@ -61,7 +61,7 @@ from docqa.pipelines.grounding import (
 )
 from docqa.recording import StepRecorder
 from docqa.result import PipelineResult
-from docqa.run_control import LLMBudgetExceededError
+from docqa.run_control import LLMBudgetExceededError, budget_error_behind
 from docqa.spans import STEP_OUTPUT, step_span
 from docqa.step_tracer import ensure_step_tracing, record_steps, untraced
 
@@ -159,14 +159,6 @@ def check_access_wiring(pipeline: Pipeline, serialized: dict[str, Any] | None = 
 
 
 logger = logging.getLogger(__name__)
-
-
-def _budget_error(exc: BaseException) -> LLMBudgetExceededError | None:
-    """The LLM budget error behind a pipeline error, through the wrapping of nested pipelines (SuperComponents)."""
-    cause: BaseException | None = exc
-    while isinstance(cause, PipelineRuntimeError):
-        cause = cause.__cause__
-    return cause if isinstance(cause, LLMBudgetExceededError) else None
 
 
 def documents_of(outputs: Mapping[str, Mapping[str, Any]]) -> list[Any]:
@@ -357,7 +349,7 @@ class HaystackStrategy:
             try:
                 outputs = self.pipeline.run(data)
             except PipelineRuntimeError as exc:
-                out_of_budget = _budget_error(exc)
+                out_of_budget = budget_error_behind(exc)
                 if out_of_budget is None or not recorder.totals().llm_calls:
                     # The component's own error (LLM unavailable, run stopped, a budget that refused the very
                     # first call, so nothing was gathered) is what callers handle.

@@ -273,6 +273,30 @@ class TestSynthesis:
         mayor_prompt = next(p for p in script.prompts(SUMMARY) if "What did the mayor do?" in _field(p, "Question"))
         assert "Findings on \"Where did the children sleep" in mayor_prompt
 
+    def test_each_node_summary_is_a_prompted_step_of_the_graph_with_the_templates_prompt(self) -> None:
+        from haystack.components.builders import ChatPromptBuilder
+        from haystack.dataclasses import ChatMessage
+
+        from docqa.components.prompt_templates import load_prompt, render_prompt
+
+        script = Script(TWO_LEVELS)
+        result = _contregen(script, _retriever()).run(QUESTION, ALICE)
+        by_index = {s.index: s for s in result.steps}
+        summaries = [s for s in result.steps if s.kind == "summary"]
+        assert len(summaries) == len(script.prompts(SUMMARY)) == 3
+        for summary in summaries:
+            [writer] = [s for s in result.steps if s.parent == summary.index]
+            inner = [s for s in result.steps if s.parent == writer.index]
+            assert writer.name == "node_summary" and [s.name for s in inner] == [
+                "contregen_summary_prompt", "contregen_summary_llm", "contregen_summary_parser"]
+            assert [s.llm.calls for s in inner] == [0, 1, 0] and by_index[summary.parent].name == "contregen_summaries"
+        # The graph's ChatPromptBuilder renders the template as docqa's own rendering did: the same prompt.
+        template = load_prompt("contregen_summarize")
+        context = {"question": "Where?", "passages": [{"number": 1, "text": "They slept in the barn."}],
+                   "children": [{"sub_question": "Who?", "summary": "The mayor [1]."}]}
+        built = ChatPromptBuilder(template=[ChatMessage.from_user(template)], variables=list(context))
+        assert built.run(**context)["prompt"][0].text == render_prompt(template, **context)
+
     def test_every_paragraph_cites_and_citations_map_to_tree_passages(self) -> None:
         script = Script(TWO_LEVELS)
         result = _contregen(script, _retriever()).run(QUESTION, ALICE)
