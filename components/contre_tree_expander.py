@@ -3,14 +3,20 @@ them, and recurse to a bounded depth."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, Pipeline, component, default_from_dict, default_to_dict
+from haystack.components.routers import ConditionalRouter
+from haystack.core.component.sockets import Sockets
+from haystack.core.component.types import InputSocket, OutputSocket
+from haystack.core.errors import PipelineRuntimeError
 from haystack.core.serialization import component_to_dict
+from haystack.core.super_component import SuperComponent
 from haystack.tracing import Span
 from haystack.utils import deserialize_chatgenerator_inplace
 
@@ -26,11 +32,13 @@ from docqa.components.context_tree import (
     ContextTree,
     TreeNode,
 )
-from docqa.components.prompt_templates import load_prompt, render_prompt
+from docqa.components.prompt_templates import load_prompt
+from docqa.components.prompted_llm import PromptedLLM
+from docqa.components.reply_parsers import JsonObjectReplyParser
 from docqa.errors import check_bounds
-from docqa.llm.calls import ChatGenerator, generate_json
+from docqa.llm.calls import ChatGenerator
 from docqa.recording import run_concurrently
-from docqa.run_control import LLMBudgetExceededError, current_run
+from docqa.run_control import budget_error_behind, current_run
 from docqa.spans import STEP_INPUT, OpenStep, step_index
 
 MAX_SUB_QUESTION_CHARS = 300
@@ -66,6 +74,53 @@ RELEVANCE_SCHEMA: dict[str, Any] = {
     "required": ["relevant"],
     "additionalProperties": False,
 }
+
+
+# The expansion's three prompted steps: their template variables and reply token caps (the plan's is configured).
+CALL_VARIABLES: dict[str, tuple[str, ...]] = {
+    "verify": ("question", "parent", "sub_question"),
+    "relevance": ("question", "query", "passages"),
+    "plan": ("question", "parent", "passages", "max_sub_questions"),
+}
+VERIFY_TOKENS = 128
+RELEVANCE_TOKENS = 64
+
+
+def call_routes() -> list[dict[str, Any]]:
+    """The call router's routes: a call's variables go to the prompted step of its kind."""
+    return [{"condition": "{{ kind == '" + kind + "' }}", "output": "variables", "output_name": f"{kind}_variables",
+             "output_type": dict[str, Any], "output_passthrough": True} for kind in CALL_VARIABLES]
+
+
+@component
+class CallVariables:
+    """
+    Hands one expansion call's prompt variables on by name, to the template of its prompted step.
+
+    Usage example:
+    ```python
+    CallVariables(["question", "query"]).run(variables={"question": "Who?", "query": "q"})  # {"question": ..., ...}
+    ```
+    """
+
+    def __init__(self, names: list[str]) -> None:
+        """:param names: the template's variables."""
+        self.names = list(names)
+        component.set_output_types(self, **dict.fromkeys(self.names, Any))
+
+    def run(self, variables: dict[str, Any]) -> dict[str, Any]:
+        """
+        :param variables: the call's variables by name.
+        :returns: each named variable (None when not given).
+        """
+        return {name: variables.get(name) for name in self.names}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, names=self.names)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CallVariables:
+        return default_from_dict(cls, data)
 
 
 class CallBudget:
@@ -155,7 +210,7 @@ def _content_words(text: str) -> set[str]:
 
 
 @component
-class ConTReTreeExpander:
+class ConTReTreeExpander(SuperComponent):
     """
     Builds ConTReGen's context tree top-down (the retrieval half, ConTRe), in a loop with a retriever node.
 
@@ -180,6 +235,10 @@ class ConTReTreeExpander:
     so a step of the trace) whose parent is its parent node's span, with its verdicts, kept and dropped passages;
     its model calls are spans under it. A node's span is open from its verification (i) to its plan, over the
     graph's retrieval of its query (an `OpenStep`).
+
+    Each model call is a run of this `SuperComponent`'s graph inside the node's span: `contre_call` (a
+    `ConditionalRouter` on the call's kind) -> `contre_verify`, `contre_relevance` or `contre_plan`, each a
+    prompted LLM step (its `ChatPromptBuilder` with the template, one schema-constrained call, its reply read).
 
     Usage example (the graph is `docqa.pipelines.contregen.contre_graph`):
     ```python
@@ -239,6 +298,36 @@ class ConTReTreeExpander:
         self.plan_template = plan_template or load_prompt("contregen_plan")
         self.verify_template = verify_template or load_prompt("contregen_verify")
         self.relevance_template = relevance_template or load_prompt("contregen_relevance")
+        calls = {
+            "verify": (self.verify_template, VERIFY_SCHEMA, VERIFY_TOKENS),
+            "relevance": (self.relevance_template, RELEVANCE_SCHEMA, RELEVANCE_TOKENS),
+            "plan": (self.plan_template, _plan_schema(max_breadth), plan_tokens),
+        }
+        pipeline = Pipeline()
+        pipeline.add_component("contre_call", ConditionalRouter(call_routes()))
+        self.step_kinds: dict[str, str] = {"contre_call": "routing"}
+        for kind, (template, schema, tokens) in calls.items():
+            names = list(CALL_VARIABLES[kind])
+            step = PromptedLLM(chat_generator, template, JsonObjectReplyParser(schema, check_types=False),
+                               variables=names, outputs={"data": "data"}, max_tokens=tokens, output="json",
+                               schema=schema, schema_name=kind, purpose=f"contre_{kind}",
+                               request=CallVariables(names))
+            pipeline.add_component(f"contre_{kind}", step)
+            pipeline.connect(f"contre_call.{kind}_variables", f"contre_{kind}.variables")
+            self.step_kinds.update({f"contre_{kind}": "tree_call", **step.step_kinds})
+        SuperComponent.__init__(
+            self, pipeline, input_mapping={"kind": ["contre_call.kind"], "variables": ["contre_call.variables"]},
+            output_mapping={f"contre_{kind}.data": kind for kind in calls})
+        # Outside, the expansion loop's sockets: its graph runs once per model call, not once per run.
+        self.__haystack_input__ = Sockets(self, {
+            "query": InputSocket("query", str),
+            "filters": InputSocket("filters", dict[str, Any] | None, None),
+            "state": InputSocket("state", ExpansionState | None, None),
+            "documents": InputSocket("documents", list[Document] | None, None)}, InputSocket)
+        self.__haystack_output__ = Sockets(self, {
+            "query": OutputSocket("query", str), "state": OutputSocket("state", ExpansionState),
+            "tree": OutputSocket("tree", ContextTree), "documents": OutputSocket("documents", list[Document])},
+            OutputSocket)
 
     def runs_per_question(self) -> int:
         """Runs of the expander (and of its retriever) one question needs at most, the graph's
@@ -247,9 +336,11 @@ class ConTReTreeExpander:
         nodes = sum(self.max_breadth**depth for depth in range(1, self.max_depth + 1))
         return 2 + min(self.max_llm_calls, nodes)
 
-    @component.output_types(query=str, state=ExpansionState, tree=ContextTree, documents=list[Document])
-    def run(self, query: str, filters: dict[str, Any] | None = None, state: ExpansionState | None = None,
-            documents: list[Document] | None = None) -> dict[str, Any]:
+    async def run_async(self, **kwargs: Any) -> dict[str, Any]:
+        """`run` in a worker thread (its nodes' calls already run concurrently there)."""
+        return await asyncio.to_thread(partial(self.run, **kwargs))
+
+    def run(self, **kwargs: Any) -> dict[str, Any]:
         """
         :param query: The question.
         :param filters: The caller's access filters (the retriever node takes them too); shown in the node steps.
@@ -259,6 +350,9 @@ class ConTReTreeExpander:
             `stop_reason` says why) and its deduplicated `documents`.
         :raises ValueError: a state without the documents of its retrieval (a mis-wired graph).
         """
+        query, filters = kwargs["query"], kwargs.get("filters")
+        state: ExpansionState | None = kwargs.get("state")
+        documents: list[Document] | None = kwargs.get("documents")
         if state is None:
             return self._start(query, filters)
         if documents is None or state.next_node is None:
@@ -322,18 +416,19 @@ class ConTReTreeExpander:
             return self.max_llm_calls
         return max(0, min(self.max_llm_calls, control.max_llm_calls - control.llm_calls))
 
-    def _ask_json(self, tree: ContextTree, budget: CallBudget, prompt: str, schema: dict[str, Any], *, name: str,
-                  max_tokens: int, node: TreeNode) -> tuple[bool, dict[str, Any] | None]:
-        """(called, output): `called` is False when the run's budget refused the call after all."""
+    def _ask(self, tree: ContextTree, budget: CallBudget, kind: str, **variables: Any) -> tuple[bool,
+                                                                                              dict[str, Any] | None]:
+        """(called, output) of one prompted call of `kind`; `called` is False when the run's budget refused it."""
         try:
-            data = generate_json(self.chat_generator, prompt, schema, name=name, max_tokens=max_tokens,
-                                 purpose=f"contre_{name}[{node.id}]")
-        except LLMBudgetExceededError:
+            out = self.pipeline.run({"contre_call": {"kind": kind, "variables": variables}})
+        except PipelineRuntimeError as exc:
+            if budget_error_behind(exc) is None:
+                raise
             # The shared client has the last word (e.g. another part of the run spent calls meanwhile).
             budget.stop()
             return False, None
-        tree.count_call(name)
-        return True, data
+        tree.count_call(kind)
+        return True, out[f"contre_{kind}"]["data"]
 
     def _passages(self, documents: list[Document]) -> list[dict[str, Any]]:
         return [{"number": number, "text": " ".join((doc.content or "").split())[: self.max_passage_chars]}
@@ -373,10 +468,8 @@ class ConTReTreeExpander:
         if not budget.take():
             node.status = SKIPPED_BUDGET
             return False
-        prompt = render_prompt(self.verify_template, question=tree.question, parent=parent.sub_question,
-                               sub_question=node.sub_question)
-        called, verdict = self._ask_json(tree, budget, prompt, VERIFY_SCHEMA, name="verify", max_tokens=128,
-                                         node=node)
+        called, verdict = self._ask(tree, budget, "verify", question=tree.question, parent=parent.sub_question,
+                                    sub_question=node.sub_question)
         if not called:
             node.status = SKIPPED_BUDGET
             return False
@@ -414,10 +507,8 @@ class ConTReTreeExpander:
             node.status = SKIPPED_BUDGET
             node.dropped.extend({"id": doc.id, "reason": "not judged (LLM call budget)"} for doc in new)
             return
-        prompt = render_prompt(self.relevance_template, question=tree.question, query=node.query,
-                               passages=self._passages(new))
-        called, judged = self._ask_json(tree, budget, prompt, RELEVANCE_SCHEMA, name="relevance", max_tokens=64,
-                                        node=node)
+        called, judged = self._ask(tree, budget, "relevance", question=tree.question, query=node.query,
+                                   passages=self._passages(new))
         numbers = judged.get("relevant") if judged else None
         chosen = {n for n in numbers if isinstance(n, int) and not isinstance(n, bool)} if isinstance(
             numbers, list) else set()
@@ -441,10 +532,8 @@ class ConTReTreeExpander:
         if not budget.take():
             node.plan = "skipped_budget"
             return
-        prompt = render_prompt(self.plan_template, question=tree.question, parent=node.query or node.sub_question,
-                               passages=self._passages(documents), max_sub_questions=self.max_breadth)
-        called, plan = self._ask_json(tree, budget, prompt, _plan_schema(self.max_breadth), name="plan",
-                                      max_tokens=self.plan_tokens, node=node)
+        called, plan = self._ask(tree, budget, "plan", question=tree.question, parent=node.query or node.sub_question,
+                                 passages=self._passages(documents), max_sub_questions=self.max_breadth)
         if not called:
             node.plan = "skipped_budget"
             return

@@ -17,7 +17,7 @@ from typing import Any
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
-from docqa.llm.calls import parse_json_object, parse_yes_no, strip_prompt_echo
+from docqa.llm.calls import parse_schema_object, parse_yes_no, strip_prompt_echo
 
 _REFERENCE = re.compile(r"\[(\d{1,3})\]")
 
@@ -79,9 +79,14 @@ class JsonObjectReplyParser:
     ```
     """
 
-    def __init__(self, schema: dict[str, Any]) -> None:
-        """:param schema: the JSON schema the reply was constrained to (an object schema)."""
+    def __init__(self, schema: dict[str, Any], check_types: bool = True) -> None:
+        """
+        :param schema: the JSON schema the reply was constrained to (an object schema).
+        :param check_types: also check each key's basic type; off, only the required keys are checked (the caller
+            reads each value defensively, as `docqa.llm.calls.generate_json` does).
+        """
         self.schema = schema
+        self.check_types = check_types
 
     @component.output_types(data=dict[str, Any] | None)
     def run(self, replies: list[ChatMessage]) -> dict[str, Any]:
@@ -89,8 +94,8 @@ class JsonObjectReplyParser:
         :param replies: the model's replies; the first is read.
         :returns: `data`, the object, or None when the reply is not one the schema allows.
         """
-        data = parse_json_object(reply_text(replies))
-        return {"data": data if data is not None and _fits(data, self.schema) else None}
+        data = parse_schema_object(reply_text(replies), self.schema)
+        return {"data": data if data is not None and (not self.check_types or _fits(data, self.schema)) else None}
 
 
 _JSON_TYPES: dict[str, type | tuple[type, ...]] = {

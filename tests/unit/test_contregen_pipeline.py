@@ -393,8 +393,15 @@ class TestAccessAndTrace:
         assert by_name["contre_node 0.2.1"].parent == by_name["contre_node 0.2"].index
         rejected = by_name["contre_node 0.3"]
         assert rejected.outputs["node"]["status"] == REJECTED_NOT_NEEDED
-        # Each node's LLM calls are attributed to its own step; the totals count every one once.
-        assert any(c["purpose"] == "contre_verify[0.3]" for c in rejected.outputs["llm_calls"])
+        # Each node's model calls are prompted steps of the expander's graph under the node's step: the call router,
+        # then the prompted step (its variables, prompt, model call and reply read); the totals count each call once.
+        children = [s for s in result.steps if s.parent == rejected.index]
+        assert [s.name for s in children] == ["contre_call", "contre_verify"]
+        assert children[1].outputs["data"]["needed"] == "No"
+        inner = [s for s in result.steps if s.parent == children[1].index]
+        assert [s.name for s in inner] == ["contre_verify_request", "contre_verify_prompt", "contre_verify_llm",
+                                           "contre_verify_parser"]
+        assert [c["purpose"] for c in inner[2].outputs["llm_calls"]] == ["contre_verify"]
         assert result.totals.llm_calls == len(script.llm.calls)
         assert {n["id"] for n in expander.outputs["tree"]["nodes"]} == {"0", "0.1", "0.2", "0.3", "0.2.1"}
 
