@@ -74,25 +74,22 @@ class MSPRPipeline(HaystackStrategy):
             raise ValueError("the controller and the retriever must have the same sources")
         pipeline = Pipeline(max_runs_per_component=max_component_runs(
             controller.max_steps, controller.max_reviews, controller.max_action_retries))
-        pipeline.add_component("controller", controller)
-        pipeline.add_component("joiner", BranchJoiner(MSPRState))
-        pipeline.add_component("agent", agent)
-        pipeline.add_component("retriever", retriever)
-        pipeline.add_component("refiner", refiner)
-        pipeline.add_component("judge", judge)
-        pipeline.add_component("reviewer", reviewer)
-        pipeline.connect("controller.agent", "agent.state")
-        pipeline.connect("controller.query", "retriever.query")
-        pipeline.connect("controller.source", "retriever.source")
-        pipeline.connect("controller.retrieval", "refiner.state")
-        pipeline.connect("retriever.documents", "refiner.documents")
-        pipeline.connect("retriever.source", "refiner.source")
-        pipeline.connect("retriever.error", "refiner.error")
-        pipeline.connect("controller.judge", "judge.state")
-        pipeline.connect("controller.review", "reviewer.state")
-        for sender in ("agent", "refiner", "judge", "reviewer"):
-            pipeline.connect(f"{sender}.state", "joiner.value")
-        pipeline.connect("joiner.value", "controller.state")
+        for name, instance in (("controller", controller), ("joiner", BranchJoiner(MSPRState)), ("agent", agent),
+                               ("retriever", retriever), ("refiner", refiner), ("judge", judge),
+                               ("reviewer", reviewer)):
+            pipeline.add_component(name, instance)
+        # The controller hands its state to the step its phase names; every step hands a new state back.
+        for sender, receiver in (
+            ("controller.agent", "agent.state"),
+            *((f"controller.{name}", f"retriever.{name}") for name in ("query", "source")),
+            ("controller.retrieval", "refiner.state"),
+            *((f"retriever.{name}", f"refiner.{name}") for name in ("documents", "source", "error")),
+            ("controller.judge", "judge.state"),
+            ("controller.review", "reviewer.state"),
+            *((f"{step}.state", "joiner.value") for step in ("agent", "refiner", "judge", "reviewer")),
+            ("joiner.value", "controller.state"),
+        ):
+            pipeline.connect(sender, receiver)
         super().__init__(
             "mspr", pipeline, models=models, max_question_chars=max_question_chars,
             kinds={**inner_step_kinds(pipeline), **KINDS},
