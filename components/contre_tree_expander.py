@@ -12,8 +12,7 @@ from typing import Any
 
 from haystack import Document, Pipeline, component, default_from_dict, default_to_dict
 from haystack.components.routers import ConditionalRouter
-from haystack.core.component.sockets import Sockets
-from haystack.core.component.types import InputSocket, OutputSocket
+from haystack.core.component.types import _empty
 from haystack.core.errors import PipelineRuntimeError
 from haystack.core.serialization import component_to_dict
 from haystack.core.super_component import SuperComponent
@@ -33,7 +32,7 @@ from docqa.components.context_tree import (
     TreeNode,
 )
 from docqa.components.prompt_templates import load_prompt
-from docqa.components.prompted_llm import PromptedLLM
+from docqa.components.prompted_llm import PromptedLLM, expose_sockets
 from docqa.components.reply_parsers import JsonObjectReplyParser
 from docqa.errors import check_bounds
 from docqa.llm.calls import ChatGenerator
@@ -319,15 +318,9 @@ class ConTReTreeExpander(SuperComponent):
             self, pipeline, input_mapping={"kind": ["contre_call.kind"], "variables": ["contre_call.variables"]},
             output_mapping={f"contre_{kind}.data": kind for kind in calls})
         # Outside, the expansion loop's sockets: its graph runs once per model call, not once per run.
-        self.__haystack_input__ = Sockets(self, {
-            "query": InputSocket("query", str),
-            "filters": InputSocket("filters", dict[str, Any] | None, None),
-            "state": InputSocket("state", ExpansionState | None, None),
-            "documents": InputSocket("documents", list[Document] | None, None)}, InputSocket)
-        self.__haystack_output__ = Sockets(self, {
-            "query": OutputSocket("query", str), "state": OutputSocket("state", ExpansionState),
-            "tree": OutputSocket("tree", ContextTree), "documents": OutputSocket("documents", list[Document])},
-            OutputSocket)
+        expose_sockets(self, {"query": (str, _empty), "filters": (dict[str, Any] | None, None),
+                              "state": (ExpansionState | None, None), "documents": (list[Document] | None, None)},
+                       {"query": str, "state": ExpansionState, "tree": ContextTree, "documents": list[Document]})
 
     def runs_per_question(self) -> int:
         """Runs of the expander (and of its retriever) one question needs at most, the graph's

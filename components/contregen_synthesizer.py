@@ -10,8 +10,7 @@ from functools import partial
 from typing import Any
 
 from haystack import Document, Pipeline, component, default_from_dict, default_to_dict
-from haystack.core.component.sockets import Sockets
-from haystack.core.component.types import InputSocket, OutputSocket
+from haystack.core.component.types import _empty
 from haystack.core.errors import PipelineRuntimeError
 from haystack.core.serialization import component_to_dict
 from haystack.core.super_component import SuperComponent
@@ -20,7 +19,7 @@ from haystack.utils import deserialize_chatgenerator_inplace
 
 from docqa.components.context_tree import STOP_LLM_BUDGET, ContextTree, TreeNode
 from docqa.components.prompt_templates import load_prompt
-from docqa.components.prompted_llm import PromptedLLM
+from docqa.components.prompted_llm import PromptedLLM, expose_sockets
 from docqa.components.reply_parsers import prompt_text, reply_text
 from docqa.llm.calls import ChatGenerator, strip_prompt_echo
 from docqa.recording import run_concurrently
@@ -114,8 +113,7 @@ class NodeSummaries(SuperComponent):
             self, pipeline, input_mapping={name: [f"{SUMMARY_NODE}.{name}"] for name in SUMMARY_VARIABLES},
             output_mapping={f"{SUMMARY_NODE}.summary": "summary"})
         # Outside, a tree in and the tree out: the inner step runs once per node, not once per run.
-        self.__haystack_input__ = Sockets(self, {"tree": InputSocket("tree", ContextTree)}, InputSocket)
-        self.__haystack_output__ = Sockets(self, {"tree": OutputSocket("tree", ContextTree)}, OutputSocket)
+        expose_sockets(self, {"tree": (ContextTree, _empty)}, {"tree": ContextTree})
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
         """

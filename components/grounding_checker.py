@@ -205,7 +205,7 @@ class GroundingChecker:
             and `verdicts` (one per sentence: kept or dropped and why; then the answer-kind verdict, if any).
         """
         passages = list(documents) if documents is not None else list(cited_documents or [])
-        pool = fallback.passage_pool(*(group for group in (retrieved or []) if group), passages)
+        earlier = [group for group in (retrieved or []) if group]
         if answer_source and answer_source != fallback.ANSWER_SOURCE_MODEL:
             return _out(
                 answer,
@@ -235,7 +235,7 @@ class GroundingChecker:
             unusable = fallback.REASON_ECHO
         if unusable is not None:
             verdicts = [{"sentence": answer, "verdict": "dropped", "reason": unusable}]
-            return self._fallback(question, passages, pool, unusable, verdicts, fallback_answer)
+            return self._fallback(question, passages, earlier, unusable, verdicts, fallback_answer)
         sentences = split_answer(answer)
         _mark_truncated(sentences, finish_reason)
         self._check(question, sentences, passages)
@@ -243,7 +243,8 @@ class GroundingChecker:
         kept = [s for s in sentences if s.kept]
         first = sentences[0]
         if not kept or not first.kept:
-            return self._fallback(question, passages, pool, first.reason or REASON_TRUNCATED, verdicts, fallback_answer)
+            return self._fallback(question, passages, earlier, first.reason or REASON_TRUNCATED, verdicts,
+                                  fallback_answer)
         kind = question_kind(question) if passages else None
         if kind is not None:
             # Without passages (a model answering alone) there is nothing better to show, so no kind is required.
@@ -258,17 +259,17 @@ class GroundingChecker:
                 }
             )
             if not answered:
-                return self._fallback(question, passages, pool, REASON_NOT_AN_ANSWER, verdicts, fallback_answer)
+                return self._fallback(question, passages, earlier, REASON_NOT_AN_ANSWER, verdicts, fallback_answer)
         # An answer without markers cites the passages its support was found in; a short one may have none.
         if passages and not any(s.numbers for s in kept) and _unbacked_short_answer(
                 " ".join(s.text for s in kept), question, passages):
             verdicts.append({"sentence": " ".join(s.text for s in kept), "verdict": "dropped",
                              "reason": REASON_UNSUPPORTED_ANSWER})
-            return self._fallback(question, passages, pool, REASON_UNSUPPORTED_ANSWER, verdicts, fallback_answer)
+            return self._fallback(question, passages, earlier, REASON_UNSUPPORTED_ANSWER, verdicts, fallback_answer)
         if grounded is False and fallback_answer is None:
             verdicts.append({"sentence": " ".join(s.text for s in kept), "verdict": "dropped",
                              "reason": fallback.REASON_UNGROUNDED})
-            return self._fallback(question, passages, pool, fallback.REASON_UNGROUNDED, verdicts, None)
+            return self._fallback(question, passages, earlier, fallback.REASON_UNGROUNDED, verdicts, None)
         text, cited = _shown(kept, passages)
         if fallback_answer is not None:
             # A record answer cites the table's records (in table order), not the prompt's numbered passages.
@@ -320,7 +321,7 @@ class GroundingChecker:
         self,
         question: str,
         passages: list[Document],
-        pool: list[Document],
+        retrieved: list[list[Document]],
         reason: str,
         verdicts: list[dict[str, Any]],
         fallback_answer: str | None,
@@ -330,6 +331,7 @@ class GroundingChecker:
             return _out(fallback_answer, [], ANSWER_SOURCE_RECORD_TABLE, note, reason, verdicts)
         # Quoted from every passage of the run when it retrieved more than this answer was given (an earlier round
         # of a loop may hold the answer); each quoted sentence cites its own passage.
+        pool = fallback.passage_pool(*retrieved, passages)
         given = {doc.id for doc in passages}
         wider = any(doc.id not in given for doc in pool)
         extraction = fallback.extract_answer(question, pool if wider else passages)

@@ -28,6 +28,8 @@ from typing import Any
 
 from haystack import Pipeline, component, default_from_dict, default_to_dict
 from haystack.components.builders import ChatPromptBuilder
+from haystack.core.component.sockets import Sockets
+from haystack.core.component.types import InputSocket, OutputSocket
 from haystack.core.serialization import component_to_dict
 from haystack.core.super_component import SuperComponent
 from haystack.dataclasses import ChatMessage
@@ -47,6 +49,16 @@ def inner_step_kinds(pipeline: Pipeline) -> dict[str, str]:
     for _, instance in pipeline.walk():
         kinds.update(getattr(instance, "step_kinds", {}))
     return kinds
+
+
+def expose_sockets(instance: SuperComponent, inputs: Mapping[str, tuple[Any, Any]],
+                   outputs: Mapping[str, Any]) -> None:
+    """Give a `SuperComponent` that runs its graph once per call, several calls a run, its own outer sockets
+    (`inputs`: name -> (type, default, `_empty` when mandatory); `outputs`: name -> type)."""
+    instance.__haystack_input__ = Sockets(instance, {  # type: ignore[attr-defined]
+        name: InputSocket(name, kind, default) for name, (kind, default) in inputs.items()}, InputSocket)
+    instance.__haystack_output__ = Sockets(instance, {  # type: ignore[attr-defined]
+        name: OutputSocket(name, kind) for name, kind in outputs.items()}, OutputSocket)
 
 
 @component
